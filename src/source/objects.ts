@@ -1,0 +1,93 @@
+// The Kubernetes API objects we read, as plain JSON types (what the API server sends and what a manifest
+// holds). Only the fields kube-proxy looks at are typed; everything is optional as on the wire.
+
+export type ObjectMeta = {
+  name?: string;
+  namespace?: string;
+  resourceVersion?: string;
+  uid?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  deletionTimestamp?: string;
+};
+
+export type ServicePortSpec = {
+  name?: string;
+  protocol?: string;
+  port?: number;
+  targetPort?: number | string;
+  nodePort?: number;
+  appProtocol?: string;
+};
+
+export type Service = {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: ObjectMeta;
+  spec?: {
+    type?: string;
+    clusterIP?: string;
+    clusterIPs?: string[];
+    ipFamilies?: string[];
+    ipFamilyPolicy?: string;
+    ports?: ServicePortSpec[];
+    externalIPs?: string[];
+    sessionAffinity?: string;
+    sessionAffinityConfig?: { clientIP?: { timeoutSeconds?: number } };
+    externalTrafficPolicy?: string;
+    internalTrafficPolicy?: string;
+    healthCheckNodePort?: number;
+    loadBalancerSourceRanges?: string[];
+    externalName?: string;
+    selector?: Record<string, string>;
+    publishNotReadyAddresses?: boolean;
+    trafficDistribution?: string;
+  };
+  status?: {
+    loadBalancer?: { ingress?: { ip?: string; hostname?: string; ipMode?: string }[] };
+  };
+};
+
+export type EndpointSlicePort = { name?: string; protocol?: string; port?: number; appProtocol?: string };
+
+export type EndpointSliceEndpoint = {
+  addresses?: string[];
+  conditions?: { ready?: boolean; serving?: boolean; terminating?: boolean };
+  hostname?: string;
+  nodeName?: string;
+  zone?: string;
+  targetRef?: { kind?: string; name?: string; namespace?: string };
+  hints?: { forZones?: { name?: string }[]; forNodes?: { name?: string }[] };
+};
+
+export type EndpointSlice = {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: ObjectMeta;
+  addressType?: string;
+  endpoints?: EndpointSliceEndpoint[];
+  ports?: EndpointSlicePort[];
+};
+
+export type Node = {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: ObjectMeta;
+  spec?: { taints?: { key?: string; effect?: string }[] };
+  status?: { addresses?: { type?: string; address?: string }[] };
+};
+
+/** The label that ties an EndpointSlice to its Service. */
+export const LABEL_SERVICE_NAME = 'kubernetes.io/service-name';
+/** Objects with this label belong to another proxy implementation (kube-proxy skips them). */
+export const LABEL_SERVICE_PROXY_NAME = 'service.kubernetes.io/service-proxy-name';
+/** The EndpointSlice controller puts this label on slices of headless Services. */
+export const LABEL_HEADLESS = 'service.kubernetes.io/headless';
+/** kube-proxy's informer selector, rendered as Go's labels.Selector.String() does. */
+export const PROXY_LABEL_SELECTOR = `!${LABEL_HEADLESS},!${LABEL_SERVICE_PROXY_NAME}`;
+/** Set by the EndpointSlice controller; the start of network programming latency. */
+export const ANNOTATION_LAST_CHANGE_TRIGGER_TIME = 'endpoints.kubernetes.io/last-change-trigger-time';
+/** Ours: per-Service override of --trace (none | connections | protocols). */
+export const ANNOTATION_TRACE = 'kube-userspace-proxy.io/trace';
+/** Node label holding the zone, for topology hints. */
+export const LABEL_TOPOLOGY_ZONE = 'topology.kubernetes.io/zone';

@@ -1,0 +1,81 @@
+// ServicePort: what the proxier needs to know about one port of one Service, after validation.
+// Pure data; built by the state module from Service objects.
+
+export type Protocol = 'TCP' | 'UDP';
+export type IPFamily = 'IPv4' | 'IPv6';
+export type SessionAffinity = 'None' | 'ClientIP';
+export type TraceMode = 'none' | 'connections' | 'protocols';
+
+/** `namespace/name:portName` — kube-proxy's ServicePortName string (portName may be empty: `ns/name:`). */
+export type ServicePortName = string & { readonly __brand: 'ServicePortName' };
+/** `namespace/name:portName/PROTOCOL` — the unique key of a service port (name + protocol). */
+export type ServicePortKey = string & { readonly __brand: 'ServicePortKey' };
+
+export function servicePortName(namespace: string, name: string, portName: string): ServicePortName {
+  return `${namespace}/${name}:${portName}` as ServicePortName;
+}
+
+export function servicePortKey(name: ServicePortName, protocol: Protocol): ServicePortKey {
+  return `${name}/${protocol}` as ServicePortKey;
+}
+
+/** The default and the maximum of sessionAffinityConfig.clientIP.timeoutSeconds (API server rules). */
+export const DEFAULT_STICKY_MAX_AGE_SECONDS = 10800;
+export const MAX_STICKY_MAX_AGE_SECONDS = 86400;
+
+export type ServicePort = {
+  readonly key: ServicePortKey;
+  readonly name: ServicePortName;
+  readonly namespace: string;
+  readonly serviceName: string;
+  readonly portName: string;
+  readonly protocol: Protocol;
+  /** Cluster IPs, primary family first (one per family; dual-stack services have two). */
+  readonly clusterIPs: readonly string[];
+  readonly port: number;
+  /** 0 when the service has no NodePort. */
+  readonly nodePort: number;
+  /** Valid external IPs, in spec order. */
+  readonly externalIPs: readonly string[];
+  /** status.loadBalancer.ingress[].ip whose ipMode is absent or VIP. */
+  readonly loadBalancerIPs: readonly string[];
+  readonly loadBalancerSourceRanges: readonly string[];
+  readonly sessionAffinity: SessionAffinity;
+  /** Seconds a ClientIP affinity entry lives without use (only meaningful for ClientIP). */
+  readonly stickyMaxAgeSeconds: number;
+  /** externalTrafficPolicy: Local on an externally accessible service. */
+  readonly externalPolicyLocal: boolean;
+  /** internalTrafficPolicy: Local. */
+  readonly internalPolicyLocal: boolean;
+  /** Health check node port for LoadBalancer services with externalTrafficPolicy: Local; 0 = none. */
+  readonly healthCheckNodePort: number;
+  /** Per-service tracing override from our annotation; undefined = use --trace. */
+  readonly trace: TraceMode | undefined;
+};
+
+/**
+ * The fields whose change needs a new listening socket or new rules. Everything else (endpoints,
+ * affinity, timeouts) is applied to the running listener in place.
+ */
+export function sameListener(a: ServicePort, b: ServicePort): boolean {
+  return a.protocol === b.protocol;
+}
+
+/** True when the two ports would render the same iptables rules for the same proxy port. */
+export function samePortals(a: ServicePort, b: ServicePort): boolean {
+  return (
+    a.protocol === b.protocol &&
+    a.port === b.port &&
+    a.nodePort === b.nodePort &&
+    sameList(a.clusterIPs, b.clusterIPs) &&
+    sameList(a.externalIPs, b.externalIPs) &&
+    sameList(a.loadBalancerIPs, b.loadBalancerIPs) &&
+    sameList(a.loadBalancerSourceRanges, b.loadBalancerSourceRanges)
+  );
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
