@@ -1,0 +1,128 @@
+// Round robin over a shuffled endpoint list, with ClientIP session affinity (the userspace proxier's
+// LoadBalancerRR). One instance per service port, updated in place by the proxier. No I/O, no timers:
+// time comes in as `nowMs`.
+import type { Endpoint, EndpointKey } from '../state/endpoint.ts';
+import type { SessionAffinity } from '../state/service-port.ts';
+import { DEFAULT_STICKY_MAX_AGE_SECONDS } from '../state/service-port.ts';
+
+type AffinityEntry = { endpoint: Endpoint; lastUsedMs: number };
+
+export class RoundRobinBalancer {
+  #endpoints: readonly Endpoint[] = [];
+  #keys = new Set<EndpointKey>();
+  #index = 0;
+  #affinity: SessionAffinity = 'None';
+  #ttlMs = DEFAULT_STICKY_MAX_AGE_SECONDS * 1000;
+  readonly #sticky = new Map<string, AffinityEntry>();
+  readonly #random: () => number;
+
+  constructor(random: () => number = Math.random) {
+    this.#random = random;
+  }
+
+  /** The endpoints in visiting order. */
+  get endpoints(): readonly Endpoint[] {
+    return this.#endpoints;
+  }
+
+  get sessionAffinity(): SessionAffinity {
+    return this.#affinity;
+  }
+
+  get stickyEntries(): number {
+    return this.#sticky.size;
+  }
+
+  /**
+   * Sets the affinity type and timeout. A new timeout applies to existing entries too (the legacy
+   * proxier kept the old one). Turning affinity off forgets every entry.
+   */
+  setAffinity(type: SessionAffinity, ttlSeconds: number): void {
+    this.#affinity = type;
+    this.#ttlMs = (ttlSeconds > 0 ? ttlSeconds : DEFAULT_STICKY_MAX_AGE_SECONDS) * 1000;
+    if (type !== 'ClientIP') this.#sticky.clear();
+  }
+
+  /**
+   * Replaces the endpoint set. Returns false (and keeps order, position and affinity) when the set is
+   * the same. Otherwise the list is reshuffled, the round-robin position carries on (legacy reset it to 0,
+   * which skewed fairness), and affinity entries survive when their endpoint still exists.
+   */
+  setEndpoints(endpoints: readonly Endpoint[]): boolean {
+    if (endpoints.length === this.#keys.size && endpoints.every((e) => this.#keys.has(e.key))) {
+      // Same set; pick up changed fields (e.g. conditions) without disturbing the order.
+      if (endpoints.length > 0) {
+        const byKey = new Map(endpoints.map((e) => [e.key, e]));
+        this.#endpoints = this.#endpoints.map((e) => byKey.get(e.key) ?? e);
+        for (const entry of this.#sticky.values())
+          entry.endpoint = byKey.get(entry.endpoint.key) ?? entry.endpoint;
+      }
+      return false;
+    }
+    const shuffled = endpoints.slice();
+    for (let i = shuffled.length - 1; i > 0; i--) {
+      const j = Math.floor(this.#random() * (i + 1));
+      const t = shuffled[i]!;
+      shuffled[i] = shuffled[j]!;
+      shuffled[j] = t;
+    }
+    this.#endpoints = shuffled;
+    this.#keys = new Set(shuffled.map((e) => e.key));
+    this.#index = shuffled.length === 0 ? 0 : this.#index % shuffled.length;
+    const byKey = new Map(shuffled.map((e) => [e.key, e]));
+    for (const [ip, entry] of this.#sticky) {
+      const current = byKey.get(entry.endpoint.key);
+      if (current) entry.endpoint = current;
+      else this.#sticky.delete(ip);
+    }
+    return true;
+  }
+
+  /**
+   * The endpoint for a new connection from `clientIP`, or undefined when there is none. With ClientIP
+   * affinity a live entry is reused and refreshed (it does not advance the round robin); `resetAffinity`
+   * (set after a failed connect) ignores the entry and overwrites it with the next round-robin pick.
+   */
+  pick(clientIP: string, nowMs: number, resetAffinity = false): Endpoint | undefined {
+    const list = this.#endpoints;
+    if (list.length === 0) return undefined;
+    const sticky = this.#affinity === 'ClientIP';
+    if (sticky && !resetAffinity) {
+      const entry = this.#sticky.get(clientIP);
+      if (entry !== undefined && nowMs - entry.lastUsedMs < this.#ttlMs) {
+        entry.lastUsedMs = nowMs;
+        return entry.endpoint;
+      }
+    }
+    const endpoint = list[this.#index]!;
+    this.#index = this.#index + 1 === list.length ? 0 : this.#index + 1;
+    if (sticky) {
+      const entry = this.#sticky.get(clientIP);
+      if (entry !== undefined) {
+        entry.endpoint = endpoint;
+        entry.lastUsedMs = nowMs;
+      } else {
+        this.#sticky.set(clientIP, { endpoint, lastUsedMs: nowMs });
+      }
+    }
+    return endpoint;
+  }
+
+  /** Forgets `clientIP`'s affinity if it points at `endpoint` (a connect to it failed). */
+  resetAffinity(clientIP: string, endpoint: Endpoint): void {
+    const entry = this.#sticky.get(clientIP);
+    if (entry !== undefined && entry.endpoint.key === endpoint.key) this.#sticky.delete(clientIP);
+  }
+
+  /** Deletes affinity entries unused for the timeout. Returns how many were removed. */
+  cleanupStaleStickySessions(nowMs: number): number {
+    let removed = 0;
+    for (const [ip, entry] of this.#sticky) {
+      if (nowMs - entry.lastUsedMs >= this.#ttlMs) {
+        this.#sticky.delete(ip);
+        removed++;
+      }
+    }
+    return removed;
+  }
+}

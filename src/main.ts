@@ -1,0 +1,63 @@
+// The command-line entry: flags → Config → ProxyServer; signals; exit codes. Nothing else.
+import { hostname } from 'node:os';
+import { logLevel } from './config/config.ts';
+import { parseArgs } from './config/flags.ts';
+import { isProxyError } from './errors.ts';
+import { createLogger } from './log.ts';
+import { ProxyServer } from './proxy-server.ts';
+import { VERSION } from './version.ts';
+
+/** Runs the proxy until a signal; resolves with the exit code. */
+export async function main(argv: string[]): Promise<number> {
+  let parsed: Awaited<ReturnType<typeof parseArgs>>;
+  try {
+    parsed = await parseArgs(argv);
+  } catch (err) {
+    process.stderr.write(`kube-userspace-proxy: ${(err as Error).message}\nRun with --help for the flags.\n`);
+    return 2;
+  }
+  if (parsed.help !== undefined) {
+    process.stdout.write(`${parsed.help}\n`);
+    return 0;
+  }
+  if (parsed.version) {
+    process.stdout.write(`kube-userspace-proxy ${VERSION}\n`);
+    return 0;
+  }
+  const config = parsed.config;
+  const log = createLogger({ level: logLevel(config.verbosity), format: config.logFormat });
+  const server = new ProxyServer(config, { log, hostname: hostname() });
+  let stopping = false;
+  const done = new Promise<number>((resolve) => {
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log.info({ signal }, 'Shutting down');
+      server.close().then(
+        () => resolve(0),
+        (err) => {
+          log.error({ err }, 'Shutdown failed');
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  try {
+    await server.start();
+    log.info(
+      {
+        version: VERSION,
+        source: config.manifest ? `manifest ${config.manifest}` : 'kubernetes',
+        iptables: config.iptables,
+      },
+      'Proxy started',
+    );
+  } catch (err) {
+    log.fatal({ err: isProxyError(err) ? { code: err.code, message: err.message } : err }, 'Start failed');
+    await server.close().catch(() => {});
+    return 1;
+  }
+  return done;
+}

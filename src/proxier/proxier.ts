@@ -1,0 +1,381 @@
+// The proxier: makes the running listeners match the desired snapshot. Opens and closes listeners on
+// ports from the allocator, hands endpoints and affinity to each service port's balancer (in place: an
+// endpoint or affinity change never restarts a listener), and asks the portal programmer (iptables) to
+// write the rules. Syncs run through the bounded-frequency runner; a failed open is retried next sync.
+import { isProxyError, ProxyError } from '../errors.ts';
+import { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
+import type { Logger } from '../log.ts';
+import type { ConnectionObserver } from '../relay/observer.ts';
+import { noopObserver } from '../relay/observer.ts';
+import type { ServicePortContext } from '../relay/service-context.ts';
+import { newServicePortStats } from '../relay/service-context.ts';
+import type { Connector, TcpRelayOptions } from '../relay/tcp.ts';
+import { TcpListener } from '../relay/tcp.ts';
+import type { UdpRelayOptions } from '../relay/udp.ts';
+import { UdpListener } from '../relay/udp.ts';
+import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
+import type { ServicePort, ServicePortKey } from '../state/service-port.ts';
+import { samePortals } from '../state/service-port.ts';
+import type { Snapshot } from '../state/snapshot.ts';
+import type { Clock } from './clock.ts';
+import { realClock } from './clock.ts';
+import type { PortAllocator } from './port-allocator.ts';
+
+/** A service port and the proxy port its traffic should be sent to. */
+export type PortalSpec = { readonly servicePort: ServicePort; readonly proxyPort: number };
+
+/** Writes the rules that send service traffic to proxy ports (iptables), or nothing (--no-iptables). */
+export interface PortalProgrammer {
+  /** `full`: rewrite everything (start, periodic repair, after a failure); else only what changed. */
+  sync(
+    portals: readonly PortalSpec[],
+    options: { full: boolean; removedUDP: readonly ServicePort[] },
+  ): Promise<void>;
+}
+
+export const noPortals: PortalProgrammer = { sync: async () => {} };
+
+/** Something that hands out the desired state: the state module's checkout(). */
+export interface SnapshotSource {
+  checkout(): Snapshot;
+  readonly isInitialized: boolean;
+}
+
+export type ProxierOptions = {
+  /** Address the listeners bind: `::` (dual-stack, all addresses), `0.0.0.0`, or one IP. */
+  listenHost: string;
+  tcp: TcpRelayOptions;
+  udp: UdpRelayOptions;
+  /** Periodic full sync interval (--iptables-sync-period). */
+  syncPeriodMs: number;
+  /** How many ports to try when a bind fails because someone else holds the port. */
+  bindAttempts?: number;
+};
+
+export type ProxierDeps = {
+  source: SnapshotSource;
+  allocator: PortAllocator;
+  portals?: PortalProgrammer;
+  log: Logger;
+  clock?: Clock;
+  connect?: Connector;
+  /** The observer for a service port (tracing); noop by default. */
+  observerFor?: (servicePort: ServicePort) => ConnectionObserver;
+};
+
+/** What runs for one service port. */
+type ServiceInfo = {
+  servicePort: ServicePort;
+  context: ServicePortContext;
+  listener: TcpListener | UdpListener;
+  proxyPort: number;
+};
+
+export type ServicePortStatus = {
+  servicePort: ServicePort;
+  proxyPort: number;
+  endpoints: readonly Endpoint[];
+  context: ServicePortContext;
+};
+
+export type SyncResult = {
+  full: boolean;
+  durationMs: number;
+  opened: number;
+  closed: number;
+  failed: number;
+};
+
+export class Proxier {
+  #options: ProxierOptions;
+  readonly #source: SnapshotSource;
+  readonly #allocator: PortAllocator;
+  readonly #portals: PortalProgrammer;
+  readonly #log: Logger;
+  readonly #clock: Clock;
+  readonly #connect: Connector | undefined;
+  readonly #observerFor: (sp: ServicePort) => ConnectionObserver;
+  readonly #services = new Map<ServicePortKey, ServiceInfo>();
+  /** Service ports that should run but could not be opened; retried every sync. */
+  readonly #failed = new Map<ServicePortKey, ProxyError>();
+  /** Closed listeners whose connections may still run (shutdown). */
+  readonly #draining = new Set<ServiceInfo>();
+  #snapshot: Snapshot | undefined;
+  #lastFullSyncMs = Number.NEGATIVE_INFINITY;
+  #needFullSync = true;
+  #closed = false;
+  /** Timestamps for health and metrics (epoch ms; 0 = never). */
+  lastSyncMs = 0;
+  lastSyncResult: SyncResult | undefined;
+
+  constructor(options: ProxierOptions, deps: ProxierDeps) {
+    this.#options = options;
+    this.#source = deps.source;
+    this.#allocator = deps.allocator;
+    this.#portals = deps.portals ?? noPortals;
+    this.#log = deps.log;
+    this.#clock = deps.clock ?? realClock;
+    this.#connect = deps.connect;
+    this.#observerFor = deps.observerFor ?? (() => noopObserver);
+  }
+
+  /** Service ports that are running, with their proxy ports and current endpoints. */
+  status(): ServicePortStatus[] {
+    const out: ServicePortStatus[] = [];
+    for (const info of this.#services.values()) {
+      out.push({
+        servicePort: info.servicePort,
+        proxyPort: info.proxyPort,
+        endpoints: info.context.balancer.endpoints,
+        context: info.context,
+      });
+    }
+    return out;
+  }
+
+  /** Service ports that should run but have no listener, with why. */
+  failures(): ReadonlyMap<ServicePortKey, ProxyError> {
+    return this.#failed;
+  }
+
+  get(key: ServicePortKey): ServicePortStatus | undefined {
+    const info = this.#services.get(key);
+    if (info === undefined) return undefined;
+    return {
+      servicePort: info.servicePort,
+      proxyPort: info.proxyPort,
+      endpoints: info.context.balancer.endpoints,
+      context: info.context,
+    };
+  }
+
+  /** Forces the next sync to be a full one (e.g. rules were found missing). */
+  requestFullSync(): void {
+    this.#needFullSync = true;
+  }
+
+  /**
+   * One sync: applies what changed since the last checkout, retries failed service ports, cleans
+   * expired affinity, then programs the portals. Does nothing until the source is initialized.
+   */
+  async sync(): Promise<SyncResult | undefined> {
+    if (this.#closed || !this.#source.isInitialized) return undefined;
+    const started = this.#clock.now();
+    const full = this.#needFullSync || started - this.#lastFullSyncMs >= this.#options.syncPeriodMs;
+    const snapshot = this.#source.checkout();
+    this.#snapshot = snapshot;
+    let opened = 0;
+    let closed = 0;
+    const removedUDP: ServicePort[] = [];
+
+    // Removed service ports: close their listeners (established TCP connections keep running).
+    for (const key of snapshot.changedServicePorts) {
+      if (snapshot.servicePorts.has(key)) continue;
+      this.#failed.delete(key);
+      const info = this.#services.get(key);
+      if (info === undefined) continue;
+      await this.#stop(info);
+      if (info.servicePort.protocol === 'UDP') removedUDP.push(info.servicePort);
+      closed++;
+    }
+
+    // Added or changed service ports, and earlier failures.
+    const toEnsure = new Set<ServicePortKey>();
+    for (const key of snapshot.changedServicePorts) if (snapshot.servicePorts.has(key)) toEnsure.add(key);
+    for (const key of this.#failed.keys()) toEnsure.add(key);
+    for (const key of toEnsure) {
+      const servicePort = snapshot.servicePorts.get(key);
+      if (servicePort === undefined) {
+        this.#failed.delete(key);
+        continue;
+      }
+      const info = this.#services.get(key);
+      if (info !== undefined) {
+        this.#update(info, servicePort);
+        continue;
+      }
+      if (await this.#start(servicePort, snapshot.endpoints.get(key))) opened++;
+    }
+
+    // Endpoint changes go to the balancers in place.
+    for (const key of snapshot.changedEndpoints) {
+      const info = this.#services.get(key);
+      if (info !== undefined)
+        info.context.balancer.setEndpoints(clusterEndpoints(snapshot.endpoints.get(key)));
+    }
+
+    const now = this.#clock.now();
+    for (const info of this.#services.values()) info.context.balancer.cleanupStaleStickySessions(now);
+
+    await this.#portals.sync(this.portals(), { full, removedUDP });
+    if (full) this.#lastFullSyncMs = started;
+    this.#needFullSync = false;
+    const result: SyncResult = {
+      full,
+      durationMs: this.#clock.now() - started,
+      opened,
+      closed,
+      failed: this.#failed.size,
+    };
+    this.lastSyncMs = this.#clock.now();
+    this.lastSyncResult = result;
+    return result;
+  }
+
+  /** The running service ports and their proxy ports, for the portal programmer. */
+  portals(): PortalSpec[] {
+    const out: PortalSpec[] = [];
+    for (const info of this.#services.values())
+      out.push({ servicePort: info.servicePort, proxyPort: info.proxyPort });
+    return out;
+  }
+
+  async #start(servicePort: ServicePort, endpoints: ServicePortEndpoints | undefined): Promise<boolean> {
+    const balancer = new RoundRobinBalancer();
+    balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
+    balancer.setEndpoints(clusterEndpoints(endpoints));
+    const context: ServicePortContext = {
+      name: servicePort.name,
+      protocol: servicePort.protocol,
+      balancer,
+      stats: newServicePortStats(),
+      observer: this.#observerFor(servicePort),
+    };
+    try {
+      const { listener, port } = await this.#listen(context);
+      this.#services.set(servicePort.key, { servicePort, context, listener, proxyPort: port });
+      if (this.#failed.delete(servicePort.key))
+        this.#log.info({ service: servicePort.key, proxyPort: port }, 'Service port recovered');
+      this.#log.info(
+        { service: servicePort.key, proxyPort: port, endpoints: balancer.endpoints.length },
+        'Opened service port',
+      );
+      return true;
+    } catch (err) {
+      const error = isProxyError(err)
+        ? err
+        : new ProxyError(
+            'KUP_ERR_LISTEN',
+            `cannot open a listener for ${servicePort.key}: ${(err as Error).message}`,
+            { cause: err },
+          );
+      const known = this.#failed.get(servicePort.key);
+      if (known?.message !== error.message) {
+        this.#log.error(
+          { service: servicePort.key, err: { code: error.code, message: error.message } },
+          'Failed to open service port',
+        );
+      }
+      this.#failed.set(servicePort.key, error);
+      return false;
+    }
+  }
+
+  /** Allocates a proxy port and binds it; a port someone else holds is skipped and another tried. */
+  async #listen(context: ServicePortContext): Promise<{ listener: TcpListener | UdpListener; port: number }> {
+    const attempts = this.#allocator.isKernelChosen ? 1 : (this.#options.bindAttempts ?? 16);
+    const busy = new Set<number>();
+    let lastError: unknown;
+    for (let i = 0; i < attempts; i++) {
+      const port = this.#allocator.allocateNext(busy);
+      const listener = this.#createListener(context);
+      try {
+        await listener.listen(this.#options.listenHost, port);
+        return { listener, port: listener.port };
+      } catch (err) {
+        this.#allocator.release(port);
+        listener.destroy();
+        lastError = err;
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'EADDRINUSE' || port === 0) break;
+        busy.add(port);
+        this.#log.warn(
+          { service: context.name, port },
+          'Proxy port in use by another process, trying another',
+        );
+      }
+    }
+    throw new ProxyError(
+      'KUP_ERR_LISTEN',
+      `cannot listen for ${context.name}/${context.protocol}: ${(lastError as Error).message}`,
+      {
+        cause: lastError,
+      },
+    );
+  }
+
+  #createListener(context: ServicePortContext): TcpListener | UdpListener {
+    const deps = { log: this.#log, connect: this.#connect, now: () => this.#clock.now() };
+    if (context.protocol === 'TCP') return new TcpListener(context, this.#options.tcp, deps);
+    return new UdpListener(
+      context,
+      this.#options.udp,
+      deps,
+      this.#options.listenHost.includes(':') ? 'udp6' : 'udp4',
+    );
+  }
+
+  #update(info: ServiceInfo, servicePort: ServicePort): void {
+    const before = info.servicePort;
+    info.servicePort = servicePort;
+    info.context.balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
+    if (before.trace !== servicePort.trace) info.context.observer = this.#observerFor(servicePort);
+    if (!samePortals(before, servicePort))
+      this.#log.info({ service: servicePort.key }, 'Service port changed');
+  }
+
+  async #stop(info: ServiceInfo): Promise<void> {
+    this.#services.delete(info.servicePort.key);
+    await info.listener.close();
+    this.#allocator.release(info.proxyPort);
+    this.#log.info({ service: info.servicePort.key, proxyPort: info.proxyPort }, 'Closed service port');
+  }
+
+  /** Stops accepting everywhere; established TCP connections may finish (see destroy()). */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const all = [...this.#services.values()];
+    this.#services.clear();
+    for (const info of all) this.#draining.add(info);
+    await Promise.all(
+      all.map(async (info) => {
+        await info.listener.close();
+        this.#allocator.release(info.proxyPort);
+      }),
+    );
+  }
+
+  /** Stops accepting and tears down every connection now. */
+  destroy(): void {
+    this.#closed = true;
+    for (const info of this.#services.values()) {
+      this.#draining.add(info);
+      this.#allocator.release(info.proxyPort);
+    }
+    this.#services.clear();
+    for (const info of this.#draining) info.listener.destroy();
+    this.#draining.clear();
+  }
+
+  /** Where listeners bind; only before the first sync (e.g. `0.0.0.0` when IPv6 is unavailable). */
+  setListenHost(host: string): void {
+    this.#options = { ...this.#options, listenHost: host };
+  }
+
+  /** Active TCP connections and UDP sessions across all service ports. */
+  activeConnections(): number {
+    let n = 0;
+    for (const info of this.#services.values()) n += info.context.stats.active;
+    for (const info of this.#draining) n += info.context.stats.active;
+    return n;
+  }
+
+  /** The last snapshot applied, if any. */
+  get snapshot(): Snapshot | undefined {
+    return this.#snapshot;
+  }
+}
+
+function clusterEndpoints(endpoints: ServicePortEndpoints | undefined): readonly Endpoint[] {
+  return endpoints?.cluster ?? [];
+}

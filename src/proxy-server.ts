@@ -1,0 +1,211 @@
+// Builds the parts from a Config, starts them in order (servers, proxier, source, sync loop) and closes
+// them in reverse. The only place that knows how the parts fit together.
+import net from 'node:net';
+import type { Config } from './config/config.ts';
+import { ProxyError } from './errors.ts';
+import type { Logger } from './log.ts';
+import { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
+import { PortAllocator, parsePortRange } from './proxier/port-allocator.ts';
+import type { PortalProgrammer } from './proxier/proxier.ts';
+import { Proxier } from './proxier/proxier.ts';
+import { DEFAULT_TCP_OPTIONS } from './relay/tcp.ts';
+import { DEFAULT_UDP_OPTIONS } from './relay/udp.ts';
+import { debugServices } from './server/debug.ts';
+import type { HttpServer } from './server/http.ts';
+import { sendJSON, sendText, startHttpServer } from './server/http.ts';
+import type { ProxyMetrics } from './server/metrics.ts';
+import { createMetrics } from './server/metrics.ts';
+import { ProxyHealth } from './server/proxy-health.ts';
+import { ManifestSource } from './source/manifest.ts';
+import { ProxyState } from './state/proxy-state.ts';
+
+export type ProxyServerDeps = {
+  log: Logger;
+  /** Writes the portal rules; undefined = --no-iptables. */
+  portals?: PortalProgrammer;
+  hostname?: string;
+};
+
+/** The running proxy. */
+export class ProxyServer {
+  readonly config: Config;
+  readonly log: Logger;
+  readonly state: ProxyState;
+  readonly proxier: Proxier;
+  readonly health: ProxyHealth;
+  readonly metrics: ProxyMetrics;
+  readonly runner: BoundedFrequencyRunner;
+  readonly nodeName: string;
+  manifest: ManifestSource | undefined;
+  healthServer: HttpServer | undefined;
+  metricsServer: HttpServer | undefined;
+  #closing: Promise<void> | undefined;
+
+  constructor(config: Config, deps: ProxyServerDeps) {
+    this.config = config;
+    this.log = deps.log;
+    this.nodeName = config.hostnameOverride || (deps.hostname ?? '').toLowerCase();
+    this.health = new ProxyHealth(2 * config.iptablesSyncPeriodMs);
+    this.metrics = createMetrics(() => this.proxier);
+    this.state = new ProxyState({
+      nodeName: this.nodeName,
+      warn: (msg, fields) => this.log.child({ component: 'state' }).warn(fields, msg),
+      onChange: () => this.#queueSync(),
+    });
+    const allocator = new PortAllocator(parsePortRange(config.proxyPortRange));
+    this.proxier = new Proxier(
+      {
+        listenHost: config.bindAddress === '0.0.0.0' ? '::' : config.bindAddress,
+        syncPeriodMs: config.iptablesSyncPeriodMs,
+        tcp: {
+          ...DEFAULT_TCP_OPTIONS,
+          idleTimeoutMs: config.tcpIdleTimeoutMs,
+          halfCloseTimeoutMs: config.tcpHalfCloseTimeoutMs,
+        },
+        udp: {
+          ...DEFAULT_UDP_OPTIONS,
+          idleTimeoutMs: config.udpTimeoutMs,
+          maxSessions: config.udpMaxSessions,
+        },
+      },
+      { source: this.state, allocator, portals: deps.portals, log: this.log.child({ component: 'proxier' }) },
+    );
+    this.runner = new BoundedFrequencyRunner(
+      'userspace-proxy-sync-runner',
+      () => this.#sync(),
+      config.iptablesMinSyncPeriodMs,
+      config.iptablesSyncPeriodMs,
+      {
+        onError: (err) => {
+          if (err instanceof ProxyError && err.code === 'KUP_ERR_IPTABLES_RESTORE')
+            this.metrics.iptablesRestoreFailures.inc();
+          this.proxier.requestFullSync();
+          this.log.error({ err }, 'Sync failed');
+        },
+      },
+    );
+  }
+
+  #queueSync(): void {
+    const now = Date.now();
+    this.health.queuedUpdate(now);
+    this.metrics.lastQueued.set(now / 1000);
+    if (this.state.isInitialized) this.runner.run();
+  }
+
+  async #sync(): Promise<void> {
+    const serviceChanges = this.state.serviceChangesTotal;
+    const endpointChanges = this.state.endpointChangesTotal;
+    const result = await this.proxier.sync();
+    if (result === undefined) return;
+    const now = Date.now();
+    this.health.updated(now);
+    this.metrics.syncDuration.observe(result.durationMs / 1000);
+    this.metrics.lastSync.set(now / 1000);
+    this.metrics.serviceChangesTotal.inc(Math.max(0, this.state.serviceChangesTotal - serviceChanges));
+    this.metrics.endpointChangesTotal.inc(Math.max(0, this.state.endpointChangesTotal - endpointChanges));
+    for (const t of this.proxier.snapshot?.triggerTimes ?? []) {
+      if (t <= now) this.metrics.networkProgrammingDuration.observe((now - t) / 1000);
+    }
+    if (this.log.isLevelEnabled('debug')) this.log.debug({ ...result }, 'Synced');
+  }
+
+  /** Starts the servers, the listener for the default IPv6 check, the source and the sync loop. */
+  async start(): Promise<void> {
+    await this.#startServers();
+    if (this.config.bindAddress === '0.0.0.0' && !(await canListenDualStack())) {
+      this.log.warn('IPv6 is not available; listening on IPv4 only');
+      this.proxier.setListenHost('0.0.0.0');
+    }
+    if (this.config.manifest !== undefined) {
+      this.manifest = new ManifestSource(
+        this.config.manifest,
+        this.state,
+        this.log.child({ component: 'manifest' }),
+        { nodeName: this.nodeName },
+      );
+      await this.manifest.start();
+    } else {
+      throw new ProxyError(
+        'KUP_ERR_INVALID_FLAG',
+        'no source: pass --manifest FILE (the Kubernetes source is not available in this build)',
+      );
+    }
+    this.runner.start();
+  }
+
+  async #startServers(): Promise<void> {
+    const hardFail = this.config.bindAddressHardFail;
+    const start = async (name: string, address: string, routes: Parameters<typeof startHttpServer>[1]) => {
+      if (address === '') return undefined;
+      try {
+        return await startHttpServer(address, routes);
+      } catch (err) {
+        if (hardFail)
+          throw new ProxyError(
+            'KUP_ERR_LISTEN',
+            `cannot start the ${name} server on ${address}: ${(err as Error).message}`,
+            { cause: err },
+          );
+        this.log.error({ err, address }, `Failed to start the ${name} server`);
+        return undefined;
+      }
+    };
+    this.healthServer = await start('healthz', this.config.healthzBindAddress, {
+      '/healthz': (_req, res) => {
+        const s = this.health.status(Date.now());
+        sendJSON(res, s.healthy ? 200 : 503, {
+          lastUpdated: s.lastUpdated,
+          currentTime: s.currentTime,
+          healthy: s.healthy,
+          reason: s.reason,
+        });
+      },
+      '/livez': (_req, res) => {
+        const now = Date.now();
+        const s = this.health.status(now, { requireSynced: false });
+        sendJSON(res, s.healthy ? 200 : 503, {
+          lastUpdated: s.lastUpdated,
+          currentTime: s.currentTime,
+          healthy: s.healthy,
+        });
+      },
+    });
+    this.metricsServer = await start('metrics', this.config.metricsBindAddress, {
+      '/metrics': async (_req, res) =>
+        sendText(res, 200, await this.metrics.registry.metrics(), this.metrics.registry.contentType),
+      '/proxyMode': (_req, res) => sendText(res, 200, 'userspace'),
+      '/healthz': (_req, res) => sendText(res, 200, 'ok'),
+      '/debug/services': (_req, res) =>
+        sendJSON(res, 200, debugServices(this.proxier.status(), this.proxier.failures())),
+    });
+  }
+
+  /**
+   * Stops accepting, lets established connections finish for up to the grace period, then closes
+   * everything in reverse order. Rules stay in place (the next process replaces them).
+   */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      await this.manifest?.stop();
+      await this.runner.stop();
+      await this.proxier.close();
+      const deadline = Date.now() + this.config.shutdownGracePeriodMs;
+      while (this.proxier.activeConnections() > 0 && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 50));
+      const left = this.proxier.activeConnections();
+      if (left > 0) this.log.warn({ connections: left }, 'Grace period over, closing connections');
+      this.proxier.destroy();
+      await Promise.all([this.metricsServer?.close(), this.healthServer?.close()]);
+    })();
+    return this.#closing;
+  }
+}
+
+async function canListenDualStack(): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.once('error', () => resolve(false));
+    s.listen({ host: '::', port: 0 }, () => s.close(() => resolve(true)));
+  });
+}

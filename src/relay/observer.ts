@@ -1,0 +1,86 @@
+// How the data path reports connections to tracing and access logs. The relay calls these at open and
+// close only (never per chunk); `noopObserver` is used when tracing is off.
+import type { Endpoint } from '../state/endpoint.ts';
+import type { ServicePortName } from '../state/service-port.ts';
+
+/** Why a connection or session ended, decided once. */
+export type CloseReason =
+  | 'client-fin'
+  | 'endpoint-fin'
+  | 'client-reset'
+  | 'endpoint-reset'
+  | 'error'
+  | 'idle-timeout'
+  | 'half-close-timeout'
+  | 'no-endpoints'
+  | 'connect-failed'
+  | 'service-removed'
+  | 'evicted'
+  | 'shutdown';
+
+export type ConnectAttempt = { endpoint: string; error: string };
+
+/** The facts about one TCP connection or UDP session that observers may read. */
+export interface ConnectionInfo {
+  readonly id: number;
+  readonly service: ServicePortName;
+  readonly protocol: 'TCP' | 'UDP';
+  readonly clientAddress: string;
+  readonly clientPort: number;
+  readonly endpoint: Endpoint | undefined;
+  readonly startMs: number;
+  readonly endMs: number;
+  readonly bytesFromClient: number;
+  readonly bytesToClient: number;
+  readonly failedAttempts: readonly ConnectAttempt[];
+  readonly closeReason: CloseReason | undefined;
+}
+
+export interface ConnectionObserver {
+  /** The connection reached an endpoint (TCP) or a session started (UDP). */
+  opened(conn: ConnectionInfo): void;
+  /** Bytes from the client, before they are written on (only when `wantsData` is true). */
+  clientData?(conn: ConnectionInfo, chunk: Buffer): void;
+  /** Bytes from the endpoint, before they are written on (only when `wantsData` is true). */
+  endpointData?(conn: ConnectionInfo, chunk: Buffer): void;
+  /** The connection or session is over; `closeReason` and byte counts are final. */
+  closed(conn: ConnectionInfo): void;
+  readonly wantsData: boolean;
+}
+
+export const noopObserver: ConnectionObserver = {
+  opened() {},
+  closed() {},
+  wantsData: false,
+};
+
+let nextId = 1;
+/** Process-wide connection ids, increasing. */
+export function nextConnectionId(): number {
+  return nextId++;
+}
+
+/** Maps a socket error to a short reason for connect-failure counters. */
+export function connectErrorReason(err: NodeJS.ErrnoException | undefined): string {
+  switch (err?.code) {
+    case 'ECONNREFUSED':
+      return 'refused';
+    case 'ETIMEDOUT':
+    case 'KUP_CONNECT_TIMEOUT':
+      return 'timeout';
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+      return 'unreachable';
+    case 'EMFILE':
+    case 'ENFILE':
+      return 'fd-exhausted';
+    default:
+      return 'error';
+  }
+}
+
+/** `::ffff:10.0.0.1` (an IPv4 client on a dual-stack socket) → `10.0.0.1`. */
+export function normalizeAddress(address: string | undefined): string {
+  if (address === undefined) return '';
+  return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
+}

@@ -1,0 +1,50 @@
+// What a listener needs to know about its service port, read once per connection: the balancer
+// (updated in place by the proxier), counters (plain fields, read by metrics on scrape) and the observer.
+import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
+import type { ServicePortName } from '../state/service-port.ts';
+import type { ConnectionObserver } from './observer.ts';
+
+export type ServicePortStats = {
+  /** TCP connections accepted / UDP sessions opened. */
+  accepted: number;
+  active: number;
+  bytesFromClients: number;
+  bytesToClients: number;
+  /** Connections or datagrams turned away because the service port had no endpoints. */
+  noEndpoints: number;
+  /** Connections that failed after every connect attempt. */
+  connectFailed: number;
+  /** Failed connect attempts by reason (refused, timeout, unreachable, error). */
+  connectFailures: Record<string, number>;
+  /** Endpoint picks by endpoint key (`ip:port`). */
+  picks: Map<string, number>;
+  udpSessionsEvicted: number;
+  udpDatagramsDropped: number;
+};
+
+export function newServicePortStats(): ServicePortStats {
+  return {
+    accepted: 0,
+    active: 0,
+    bytesFromClients: 0,
+    bytesToClients: 0,
+    noEndpoints: 0,
+    connectFailed: 0,
+    connectFailures: {},
+    picks: new Map(),
+    udpSessionsEvicted: 0,
+    udpDatagramsDropped: 0,
+  };
+}
+
+export type ServicePortContext = {
+  readonly name: ServicePortName;
+  readonly protocol: 'TCP' | 'UDP';
+  readonly balancer: RoundRobinBalancer;
+  readonly stats: ServicePortStats;
+  observer: ConnectionObserver;
+};
+
+export function countPick(stats: ServicePortStats, key: string): void {
+  stats.picks.set(key, (stats.picks.get(key) ?? 0) + 1);
+}

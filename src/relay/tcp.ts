@@ -1,0 +1,425 @@
+// TCP data path: accept on a service port's proxy port, pick an endpoint, connect with per-attempt
+// timeouts (never holding up other accepts), then relay both ways with backpressure and half-close.
+// Handlers are shared functions bound through a symbol on the socket: no closures per connection.
+import net from 'node:net';
+import type { Logger } from '../log.ts';
+import type { Endpoint } from '../state/endpoint.ts';
+import type { CloseReason, ConnectAttempt, ConnectionInfo } from './observer.ts';
+import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
+import type { ServicePortContext } from './service-context.ts';
+import { countPick } from './service-context.ts';
+
+/** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
+export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
+
+export type TcpRelayOptions = {
+  /** Timeout of each connect attempt; the number of entries is the number of attempts. */
+  connectTimeoutsMs: readonly number[];
+  /** Closes a connection after this long without traffic on a socket; 0 = never (kube-proxy). */
+  idleTimeoutMs: number;
+  /** How long one direction may stay open after the other has sent FIN, without traffic. */
+  halfCloseTimeoutMs: number;
+  /** listen() backlog. */
+  backlog: number;
+  /** TCP keep-alive initial delay on both sockets. */
+  keepAliveDelayMs: number;
+};
+
+export const DEFAULT_TCP_OPTIONS: TcpRelayOptions = {
+  connectTimeoutsMs: [250, 500, 1000, 2000],
+  idleTimeoutMs: 0,
+  halfCloseTimeoutMs: 60_000,
+  backlog: 4096,
+  keepAliveDelayMs: 60_000,
+};
+
+export type TcpRelayDeps = {
+  connect?: Connector;
+  log: Logger;
+  now?: () => number;
+};
+
+const kConn = Symbol('kup.connection');
+type ConnSocket = net.Socket & { [kConn]?: TcpConnection };
+
+const OPEN_CONNECTING = 0;
+const OPEN = 1;
+const CLOSED = 2;
+
+/** One proxied TCP connection: a client socket and, once connected, an upstream socket. */
+class TcpConnection implements ConnectionInfo {
+  readonly id = nextConnectionId();
+  readonly listener: TcpListener;
+  readonly context: ServicePortContext;
+  readonly client: ConnSocket;
+  readonly clientAddress: string;
+  readonly clientPort: number;
+  readonly startMs: number;
+  upstream: ConnSocket | undefined = undefined;
+  endpoint: Endpoint | undefined = undefined;
+  attempt = 0;
+  state = OPEN_CONNECTING;
+  endMs = 0;
+  /** Set by the first abort (error, reset, timeout); wins over `finBy`. */
+  closeReason: CloseReason | undefined = undefined;
+  /** Which side sent the first FIN. */
+  finBy: CloseReason | undefined = undefined;
+  failedAttempts: ConnectAttempt[] = [];
+  clientEnded = false;
+  upstreamEnded = false;
+  clientClosed = false;
+  upstreamClosed = true;
+
+  constructor(listener: TcpListener, client: net.Socket, now: number) {
+    this.listener = listener;
+    this.context = listener.context;
+    this.client = client;
+    this.clientAddress = normalizeAddress(client.remoteAddress);
+    this.clientPort = client.remotePort ?? 0;
+    this.startMs = now;
+  }
+
+  get service() {
+    return this.context.name;
+  }
+  get protocol() {
+    return 'TCP' as const;
+  }
+  get bytesFromClient(): number {
+    return this.client.bytesRead;
+  }
+  get bytesToClient(): number {
+    return this.client.bytesWritten;
+  }
+
+  /** Picks an endpoint and starts a connect attempt; closes the client when none is left. */
+  dial(): void {
+    const { balancer, stats } = this.context;
+    const now = this.listener.now();
+    let endpoint = balancer.pick(this.clientAddress, now, this.attempt > 0);
+    // A retry goes to an endpoint this connection has not failed on yet, while there is one.
+    for (
+      let i = balancer.endpoints.length;
+      i > 0 && endpoint !== undefined && this.hasFailedOn(endpoint);
+      i--
+    ) {
+      endpoint = balancer.pick(this.clientAddress, now, true);
+    }
+    if (endpoint === undefined) {
+      if (this.attempt === 0) {
+        stats.noEndpoints++;
+        this.finish('no-endpoints');
+      } else {
+        stats.connectFailed++;
+        this.finish('connect-failed');
+      }
+      this.client.destroy();
+      return;
+    }
+    countPick(stats, endpoint.key);
+    this.endpoint = endpoint;
+    const options = this.listener.options;
+    const upstream = this.listener.connect({
+      host: endpoint.ip,
+      port: endpoint.port,
+      allowHalfOpen: true,
+      noDelay: true,
+      keepAlive: true,
+      keepAliveInitialDelay: options.keepAliveDelayMs,
+    }) as ConnSocket;
+    upstream[kConn] = this;
+    this.upstream = upstream;
+    this.upstreamClosed = false;
+    upstream.setTimeout(options.connectTimeoutsMs[this.attempt] ?? 1000);
+    upstream.once('connect', onUpstreamConnect);
+    upstream.on('timeout', onUpstreamTimeout);
+    upstream.on('error', onUpstreamError);
+    upstream.on('close', onUpstreamClose);
+  }
+
+  hasFailedOn(endpoint: Endpoint): boolean {
+    for (const a of this.failedAttempts) if (a.endpoint === endpoint.key) return true;
+    return false;
+  }
+
+  /** A connect attempt failed: remember why, reset the client's affinity and try the next endpoint. */
+  connectFailed(err: NodeJS.ErrnoException): void {
+    const upstream = this.upstream!;
+    const endpoint = this.endpoint!;
+    const reason = connectErrorReason(err);
+    const { stats, balancer } = this.context;
+    stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
+    this.failedAttempts.push({ endpoint: endpoint.key, error: err.code ?? err.message });
+    balancer.resetAffinity(this.clientAddress, endpoint);
+    upstream[kConn] = undefined;
+    upstream.destroy();
+    this.upstream = undefined;
+    this.upstreamClosed = true;
+    this.endpoint = undefined;
+    const log = this.listener.log;
+    if (log.isLevelEnabled('debug')) {
+      log.debug(
+        { service: this.context.name, endpoint: endpoint.key, attempt: this.attempt + 1, reason },
+        'Connect failed',
+      );
+    }
+    this.attempt++;
+    if (this.attempt < this.listener.options.connectTimeoutsMs.length && this.state === OPEN_CONNECTING) {
+      this.dial();
+    } else {
+      this.context.stats.connectFailed++;
+      this.listener.log.warn(
+        { service: this.context.name, client: this.clientAddress, attempts: this.failedAttempts },
+        'Failed to connect to an endpoint',
+      );
+      this.finish('connect-failed');
+      this.client.destroy();
+    }
+  }
+
+  connected(): void {
+    const upstream = this.upstream!;
+    const client = this.client;
+    this.state = OPEN;
+    const idle = this.listener.options.idleTimeoutMs;
+    upstream.setTimeout(idle);
+    client.setTimeout(idle);
+    if (idle > 0) client.on('timeout', onIdleTimeout);
+    client.on('end', onClientEnd);
+    upstream.on('end', onUpstreamEnd);
+    const observer = this.context.observer;
+    observer.opened(this);
+    if (observer.wantsData) {
+      client.on('data', onClientData);
+      upstream.on('data', onUpstreamData);
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+  }
+
+  /** One side sent FIN (already passed on by pipe); bound how long the other side may stay open. */
+  halfClosed(reason: CloseReason): void {
+    this.finBy ??= reason;
+    const t = this.listener.options.halfCloseTimeoutMs;
+    if (t > 0 && !(this.clientEnded && this.upstreamEnded)) {
+      this.client.setTimeout(t);
+      this.upstream?.setTimeout(t);
+      this.client.on('timeout', onHalfCloseTimeout);
+      this.upstream?.on('timeout', onHalfCloseTimeout);
+    }
+  }
+
+  /** Tears both sockets down now (an error, a reset or a timeout on either side). */
+  abort(reason: CloseReason): void {
+    this.closeReason ??= reason;
+    this.client.destroy();
+    this.upstream?.destroy();
+  }
+
+  /** Both sockets are gone: account once. */
+  maybeFinish(): void {
+    if (this.clientClosed && this.upstreamClosed) this.finish(this.finBy ?? 'client-fin');
+  }
+
+  finish(reason: CloseReason): void {
+    if (this.state === CLOSED) return;
+    const wasOpen = this.state === OPEN;
+    this.state = CLOSED;
+    this.closeReason ??= this.finBy ?? reason;
+    this.endMs = this.listener.now();
+    const stats = this.context.stats;
+    stats.active--;
+    this.listener.connections.delete(this);
+    if (wasOpen) {
+      stats.bytesFromClients += this.client.bytesRead;
+      stats.bytesToClients += this.client.bytesWritten;
+    }
+    this.context.observer.closed(this);
+  }
+}
+
+function connOf(socket: net.Socket): TcpConnection | undefined {
+  return (socket as ConnSocket)[kConn];
+}
+
+function onUpstreamConnect(this: net.Socket): void {
+  const conn = connOf(this);
+  if (conn === undefined || conn.upstream !== this) return;
+  if (conn.state !== OPEN_CONNECTING || conn.client.destroyed) {
+    this.destroy();
+    return;
+  }
+  conn.connected();
+}
+
+function onUpstreamTimeout(this: net.Socket): void {
+  const conn = connOf(this);
+  if (conn === undefined || conn.upstream !== this) return;
+  if (conn.state === OPEN_CONNECTING) {
+    const err: NodeJS.ErrnoException = new Error('connect timeout');
+    err.code = 'KUP_CONNECT_TIMEOUT';
+    conn.connectFailed(err);
+  }
+}
+
+function onUpstreamError(this: net.Socket, err: NodeJS.ErrnoException): void {
+  const conn = connOf(this);
+  if (conn === undefined || conn.upstream !== this) return;
+  if (conn.state === OPEN_CONNECTING) conn.connectFailed(err);
+  else conn.abort(err.code === 'ECONNRESET' ? 'endpoint-reset' : 'error');
+}
+
+function onUpstreamClose(this: net.Socket): void {
+  const conn = connOf(this);
+  if (conn === undefined || conn.upstream !== this) return;
+  conn.upstreamClosed = true;
+  if (conn.state === OPEN) {
+    // The endpoint is gone; the client may still be flushing what we already sent it.
+    if (!conn.client.destroyed) {
+      if (conn.upstreamEnded && conn.clientEnded) conn.client.end();
+      else if (!conn.upstreamEnded) conn.abort('endpoint-reset');
+    }
+  }
+  conn.maybeFinish();
+}
+
+function onClientError(this: net.Socket, err: NodeJS.ErrnoException): void {
+  const conn = connOf(this);
+  if (conn === undefined) return;
+  conn.abort(err.code === 'ECONNRESET' || err.code === 'EPIPE' ? 'client-reset' : 'error');
+}
+
+function onClientClose(this: net.Socket): void {
+  const conn = connOf(this);
+  if (conn === undefined) return;
+  conn.clientClosed = true;
+  if (conn.state === OPEN_CONNECTING) {
+    // The client left while we were still dialling.
+    conn.closeReason ??= 'client-reset';
+    conn.upstream?.destroy();
+    conn.upstreamClosed = true;
+    conn.finish(conn.closeReason);
+    return;
+  }
+  const upstream = conn.upstream;
+  if (upstream !== undefined && !upstream.destroyed && !conn.clientEnded) conn.abort('client-reset');
+  conn.maybeFinish();
+}
+
+function onClientEnd(this: net.Socket): void {
+  const conn = connOf(this);
+  if (conn === undefined) return;
+  conn.clientEnded = true;
+  conn.halfClosed('client-fin');
+}
+
+function onUpstreamEnd(this: net.Socket): void {
+  const conn = connOf(this);
+  if (conn === undefined) return;
+  conn.upstreamEnded = true;
+  conn.halfClosed('endpoint-fin');
+}
+
+function onIdleTimeout(this: net.Socket): void {
+  connOf(this)?.abort('idle-timeout');
+}
+
+function onHalfCloseTimeout(this: net.Socket): void {
+  connOf(this)?.abort('half-close-timeout');
+}
+
+function onClientData(this: net.Socket, chunk: Buffer): void {
+  const conn = connOf(this);
+  if (conn !== undefined) conn.context.observer.clientData?.(conn, chunk);
+}
+
+function onUpstreamData(this: net.Socket, chunk: Buffer): void {
+  const conn = connOf(this);
+  if (conn?.upstream === this) conn.context.observer.endpointData?.(conn, chunk);
+}
+
+/** A listening TCP socket for one service port. */
+export class TcpListener {
+  readonly server: net.Server;
+  readonly options: TcpRelayOptions;
+  readonly log: Logger;
+  readonly connect: Connector;
+  readonly now: () => number;
+  readonly connections = new Set<TcpConnection>();
+  /** Swapped by the proxier when the service port changes; read once per connection. */
+  context: ServicePortContext;
+  #port = 0;
+  #closed = false;
+
+  constructor(context: ServicePortContext, options: TcpRelayOptions, deps: TcpRelayDeps) {
+    this.context = context;
+    this.options = options;
+    this.log = deps.log;
+    this.connect = deps.connect ?? (net.connect as Connector);
+    this.now = deps.now ?? Date.now;
+    this.server = net.createServer(
+      {
+        allowHalfOpen: true,
+        pauseOnConnect: true,
+        noDelay: true,
+        keepAlive: true,
+        keepAliveInitialDelay: options.keepAliveDelayMs,
+      },
+      (socket) => this.#onConnection(socket),
+    );
+    this.server.on('error', (err) => this.log.error({ err, service: this.context.name }, 'Listener error'));
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  /** Binds and listens; rejects with the socket error (EADDRINUSE, EACCES...). */
+  listen(host: string, port: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error) => {
+        this.server.off('listening', onListening);
+        reject(err);
+      };
+      const onListening = () => {
+        this.server.off('error', onError);
+        this.#port = (this.server.address() as net.AddressInfo).port;
+        resolve();
+      };
+      this.server.once('error', onError);
+      this.server.once('listening', onListening);
+      this.server.listen({ host, port, backlog: this.options.backlog, exclusive: true });
+    });
+  }
+
+  #onConnection(socket: net.Socket): void {
+    if (this.#closed) {
+      socket.destroy();
+      return;
+    }
+    const conn = new TcpConnection(this, socket, this.now());
+    (socket as ConnSocket)[kConn] = conn;
+    socket.on('error', onClientError);
+    socket.on('close', onClientClose);
+    this.connections.add(conn);
+    conn.context.stats.accepted++;
+    conn.context.stats.active++;
+    conn.dial();
+  }
+
+  /** Stops accepting. Established connections keep running until they end (as kube-proxy). */
+  close(): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    this.#closed = true;
+    // The listening socket closes now; server.close()'s callback would also wait for every connection.
+    this.server.close();
+    return Promise.resolve();
+  }
+
+  /** Stops accepting and tears down every connection now. */
+  destroy(reason: CloseReason = 'shutdown'): void {
+    this.#closed = true;
+    this.server.close();
+    for (const conn of this.connections) conn.abort(reason);
+  }
+}

@@ -1,0 +1,279 @@
+// UDP data path: one service socket per service port; one session per client ip:port with its own
+// connected upstream socket; replies go back out through the service socket (so REDIRECT/DNAT
+// conntrack rewrites their source to ClusterIP:port). Sessions expire after --udp-timeout without
+// traffic either way, and are capped per service port (the idlest is evicted).
+import dgram from 'node:dgram';
+import type { Logger } from '../log.ts';
+import type { Endpoint } from '../state/endpoint.ts';
+import type { CloseReason, ConnectAttempt, ConnectionInfo } from './observer.ts';
+import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
+import type { ServicePortContext } from './service-context.ts';
+import { countPick } from './service-context.ts';
+import type { Sweepable, Sweeper } from './sweeper.ts';
+import { sessionSweeper } from './sweeper.ts';
+
+export type UdpRelayOptions = {
+  /** Session idle timeout (--udp-timeout), reset by traffic both ways. */
+  idleTimeoutMs: number;
+  /** Sessions per service port; past it the idlest session is evicted. */
+  maxSessions: number;
+  /** Datagrams held per session while its upstream socket connects. */
+  maxQueued: number;
+  /** SO_RCVBUF/SO_SNDBUF of the service socket (capped by net.core.rmem_max/wmem_max). */
+  socketBufferBytes: number;
+};
+
+export const DEFAULT_UDP_OPTIONS: UdpRelayOptions = {
+  idleTimeoutMs: 250,
+  maxSessions: 4096,
+  maxQueued: 64,
+  socketBufferBytes: 4 << 20,
+};
+
+export type UdpRelayDeps = { log: Logger; sweeper?: Sweeper; now?: () => number };
+
+const kSession = Symbol('kup.session');
+type SessionSocket = dgram.Socket & { [kSession]?: UdpSession };
+
+/** One client ip:port and its connected upstream socket. */
+class UdpSession implements ConnectionInfo {
+  readonly id = nextConnectionId();
+  readonly key: string;
+  readonly listener: UdpListener;
+  readonly context: ServicePortContext;
+  readonly clientAddress: string;
+  /** The address as the service socket saw it (`::ffff:` form on a dual-stack socket): replies go there. */
+  readonly replyAddress: string;
+  readonly clientPort: number;
+  readonly endpoint: Endpoint;
+  readonly upstream: SessionSocket;
+  readonly startMs: number;
+  lastActivityMs: number;
+  endMs = 0;
+  bytesFromClient = 0;
+  bytesToClient = 0;
+  failedAttempts: ConnectAttempt[] = [];
+  closeReason: CloseReason | undefined = undefined;
+  /** Datagrams waiting for the upstream connect; null once connected. */
+  queue: Buffer[] | null = [];
+  closed = false;
+
+  constructor(
+    listener: UdpListener,
+    key: string,
+    address: string,
+    port: number,
+    endpoint: Endpoint,
+    now: number,
+  ) {
+    this.listener = listener;
+    this.context = listener.context;
+    this.key = key;
+    this.clientAddress = normalizeAddress(address);
+    this.replyAddress = address;
+    this.clientPort = port;
+    this.endpoint = endpoint;
+    this.startMs = now;
+    this.lastActivityMs = now;
+    const upstream = dgram.createSocket(endpoint.family === 'IPv6' ? 'udp6' : 'udp4') as SessionSocket;
+    upstream[kSession] = this;
+    this.upstream = upstream;
+    upstream.on('message', onUpstreamMessage);
+    upstream.on('error', onUpstreamError);
+    upstream.connect(endpoint.port, endpoint.ip, onUpstreamConnect);
+  }
+
+  get service() {
+    return this.context.name;
+  }
+  get protocol() {
+    return 'UDP' as const;
+  }
+
+  send(msg: Buffer): void {
+    this.bytesFromClient += msg.length;
+    if (this.queue !== null) {
+      if (this.queue.length < this.listener.options.maxQueued) this.queue.push(msg);
+      else this.context.stats.udpDatagramsDropped++;
+      return;
+    }
+    this.upstream.send(msg);
+  }
+
+  close(reason: CloseReason): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.closeReason = reason;
+    this.endMs = this.listener.now();
+    this.queue = null;
+    this.upstream.close();
+    this.listener.sessions.delete(this.key);
+    const stats = this.context.stats;
+    stats.active--;
+    stats.bytesFromClients += this.bytesFromClient;
+    stats.bytesToClients += this.bytesToClient;
+    this.context.observer.closed(this);
+  }
+}
+
+function onUpstreamConnect(this: SessionSocket): void {
+  const session = this[kSession];
+  if (session === undefined || session.closed) return;
+  const queued = session.queue!;
+  session.queue = null;
+  for (const msg of queued) this.send(msg);
+}
+
+function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
+  const session = this[kSession];
+  if (session === undefined || session.closed) return;
+  const listener = session.listener;
+  session.lastActivityMs = listener.now();
+  session.bytesToClient += msg.length;
+  const observer = session.context.observer;
+  if (observer.wantsData) observer.endpointData?.(session, msg);
+  listener.socket.send(msg, session.clientPort, session.replyAddress);
+}
+
+function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void {
+  const session = this[kSession];
+  if (session === undefined || session.closed) return;
+  // ICMP port unreachable surfaces as ECONNREFUSED on a connected socket: the endpoint is gone. Drop
+  // the session and the client's affinity, so its next datagram picks again (legacy kept sending).
+  const reason = connectErrorReason(err);
+  const { stats, balancer } = session.context;
+  stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
+  session.failedAttempts.push({ endpoint: session.endpoint.key, error: err.code ?? err.message });
+  balancer.resetAffinity(session.clientAddress, session.endpoint);
+  session.close(reason === 'refused' ? 'endpoint-reset' : 'error');
+}
+
+/** The service socket of one UDP service port. */
+export class UdpListener implements Sweepable {
+  readonly socket: dgram.Socket;
+  readonly options: UdpRelayOptions;
+  readonly log: Logger;
+  readonly now: () => number;
+  readonly sessions = new Map<string, UdpSession>();
+  readonly #sweeper: Sweeper;
+  /** Swapped by the proxier when the service port changes. */
+  context: ServicePortContext;
+  #port = 0;
+  #closed = false;
+
+  constructor(
+    context: ServicePortContext,
+    options: UdpRelayOptions,
+    deps: UdpRelayDeps,
+    type: 'udp4' | 'udp6',
+  ) {
+    this.context = context;
+    this.options = options;
+    this.log = deps.log;
+    this.now = deps.now ?? Date.now;
+    this.#sweeper = deps.sweeper ?? sessionSweeper;
+    this.socket = dgram.createSocket({ type, reuseAddr: false });
+    this.socket.on('message', (msg, rinfo) => this.#onMessage(msg, rinfo));
+    this.socket.on('error', (err) => this.log.warn({ err, service: this.context.name }, 'UDP socket error'));
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  listen(host: string, port: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error) => reject(err);
+      this.socket.once('error', onError);
+      this.socket.bind({ address: host, port, exclusive: true }, () => {
+        this.socket.off('error', onError);
+        this.#port = this.socket.address().port;
+        try {
+          this.socket.setRecvBufferSize(this.options.socketBufferBytes);
+          this.socket.setSendBufferSize(this.options.socketBufferBytes);
+        } catch {
+          // Capped or refused by the kernel limits; the defaults still work.
+        }
+        resolve();
+      });
+    });
+  }
+
+  #onMessage(msg: Buffer, rinfo: dgram.RemoteInfo): void {
+    const key = `${rinfo.address}|${rinfo.port}`;
+    let session = this.sessions.get(key);
+    const now = this.now();
+    if (session === undefined) {
+      session = this.#open(key, rinfo, now);
+      if (session === undefined) return;
+    }
+    session.lastActivityMs = now;
+    const observer = session.context.observer;
+    if (observer.wantsData) observer.clientData?.(session, msg);
+    session.send(msg);
+  }
+
+  #open(key: string, rinfo: dgram.RemoteInfo, now: number): UdpSession | undefined {
+    const context = this.context;
+    const endpoint = context.balancer.pick(normalizeAddress(rinfo.address), now);
+    if (endpoint === undefined) {
+      context.stats.noEndpoints++;
+      context.stats.udpDatagramsDropped++;
+      if (this.log.isLevelEnabled('debug'))
+        this.log.debug({ service: context.name, client: key }, 'No endpoints, datagram dropped');
+      return undefined;
+    }
+    if (this.sessions.size >= this.options.maxSessions) this.#evictIdlest(now);
+    countPick(context.stats, endpoint.key);
+    const session = new UdpSession(this, key, rinfo.address, rinfo.port, endpoint, now);
+    this.sessions.set(key, session);
+    context.stats.accepted++;
+    context.stats.active++;
+    if (this.sessions.size === 1) this.#sweeper.add(this);
+    context.observer.opened(session);
+    return session;
+  }
+
+  /** Evicts the idlest of the oldest sessions (a bounded look, so a flood stays O(1) per datagram). */
+  #evictIdlest(now: number): void {
+    this.sweep(now);
+    if (this.sessions.size < this.options.maxSessions) return;
+    let victim: UdpSession | undefined;
+    let looked = 0;
+    for (const s of this.sessions.values()) {
+      if (victim === undefined || s.lastActivityMs < victim.lastActivityMs) victim = s;
+      if (++looked === 64) break;
+    }
+    if (victim !== undefined) {
+      this.context.stats.udpSessionsEvicted++;
+      victim.close('evicted');
+    }
+  }
+
+  sweep(nowMs: number): boolean {
+    const timeout = this.options.idleTimeoutMs;
+    for (const s of this.sessions.values()) {
+      if (nowMs - s.lastActivityMs >= timeout) s.close('idle-timeout');
+    }
+    return this.sessions.size > 0 && !this.#closed;
+  }
+
+  /** Closes the service socket; sessions are broken (as kube-proxy) and reported as service-removed. */
+  close(reason: CloseReason = 'service-removed'): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    this.#closed = true;
+    this.#sweeper.delete(this);
+    for (const s of this.sessions.values()) s.close(reason);
+    return new Promise((resolve) => {
+      try {
+        this.socket.close(() => resolve());
+      } catch {
+        resolve();
+      }
+    });
+  }
+
+  destroy(): void {
+    void this.close('shutdown');
+  }
+}

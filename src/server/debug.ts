@@ -1,0 +1,77 @@
+// /debug/services: one JSON object per running service port (the contract in DESIGN.md), plus the
+// service ports that should run but could not be opened. Pure: builds the body from proxier status.
+import type { ProxyError } from '../errors.ts';
+import type { ServicePortStatus } from '../proxier/proxier.ts';
+import type { ServicePortKey } from '../state/service-port.ts';
+
+export type DebugServicePort = {
+  service: string;
+  protocol: 'TCP' | 'UDP';
+  clusterIP: string;
+  clusterIPs: readonly string[];
+  port: number;
+  proxyPort: number;
+  nodePort: number;
+  externalIPs: readonly string[];
+  loadBalancerIPs: readonly string[];
+  endpoints: string[];
+  sessionAffinity: 'None' | 'ClientIP';
+  stickyMaxAgeSeconds?: number;
+  connections: {
+    accepted: number;
+    active: number;
+    noEndpoints: number;
+    connectFailed: number;
+    connectFailures: Record<string, number>;
+  };
+  error?: { code: string; message: string };
+};
+
+export function debugServices(
+  running: readonly ServicePortStatus[],
+  failures: ReadonlyMap<ServicePortKey, ProxyError> = new Map(),
+): DebugServicePort[] {
+  const out: DebugServicePort[] = running.map(({ servicePort: sp, proxyPort, endpoints, context }) => ({
+    service: sp.name,
+    protocol: sp.protocol,
+    clusterIP: sp.clusterIPs[0] ?? '',
+    clusterIPs: sp.clusterIPs,
+    port: sp.port,
+    proxyPort,
+    nodePort: sp.nodePort,
+    externalIPs: sp.externalIPs,
+    loadBalancerIPs: sp.loadBalancerIPs,
+    endpoints: endpoints.map((e) => e.key).sort(),
+    sessionAffinity: sp.sessionAffinity,
+    ...(sp.sessionAffinity === 'ClientIP' ? { stickyMaxAgeSeconds: sp.stickyMaxAgeSeconds } : {}),
+    connections: {
+      accepted: context.stats.accepted,
+      active: context.stats.active,
+      noEndpoints: context.stats.noEndpoints,
+      connectFailed: context.stats.connectFailed,
+      connectFailures: { ...context.stats.connectFailures },
+    },
+  }));
+  for (const [key, err] of failures) {
+    const slash = key.lastIndexOf('/');
+    out.push({
+      service: key.slice(0, slash),
+      protocol: key.slice(slash + 1) as 'TCP' | 'UDP',
+      clusterIP: '',
+      clusterIPs: [],
+      port: 0,
+      proxyPort: 0,
+      nodePort: 0,
+      externalIPs: [],
+      loadBalancerIPs: [],
+      endpoints: [],
+      sessionAffinity: 'None',
+      connections: { accepted: 0, active: 0, noEndpoints: 0, connectFailed: 0, connectFailures: {} },
+      error: { code: err.code, message: err.message },
+    });
+  }
+  out.sort((a, b) =>
+    a.service < b.service ? -1 : a.service > b.service ? 1 : a.protocol < b.protocol ? -1 : 1,
+  );
+  return out;
+}

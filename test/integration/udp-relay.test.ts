@@ -1,0 +1,152 @@
+// The UDP relay on real loopback sockets.
+import assert from 'node:assert/strict';
+import dgram from 'node:dgram';
+import { test } from 'node:test';
+import type { UdpRelayOptions } from '../../src/relay/udp.ts';
+import { DEFAULT_UDP_OPTIONS, UdpListener } from '../../src/relay/udp.ts';
+import { ep } from '../helpers/endpoints.ts';
+import { log, makeContext } from '../helpers/relay.ts';
+import { udpRequest, udpServer, waitFor } from '../helpers/servers.ts';
+
+async function proxy(
+  t: { after(fn: () => unknown): void },
+  endpoints: ReturnType<typeof ep>[],
+  options: Partial<UdpRelayOptions> = {},
+) {
+  const context = makeContext(endpoints, 'UDP', 'default/dns:dns');
+  const listener = new UdpListener(context, { ...DEFAULT_UDP_OPTIONS, ...options }, { log }, 'udp4');
+  await listener.listen('127.0.0.1', 0);
+  t.after(() => listener.close());
+  return { listener, context };
+}
+
+test('UDP echo through the proxy; the reply comes from the proxy port', async (t) => {
+  const server = await udpServer('127.0.0.11', (msg) => Buffer.concat([Buffer.from('echo:'), msg]));
+  t.after(() => server.close());
+  const { listener, context } = await proxy(t, [ep(server.host, server.port)]);
+  const socket = dgram.createSocket('udp4');
+  t.after(() => socket.close());
+  const reply = await new Promise<{ msg: Buffer; from: dgram.RemoteInfo }>((resolve) => {
+    socket.once('message', (msg, from) => resolve({ msg, from }));
+    socket.send('hello', listener.port, '127.0.0.1');
+  });
+  assert.equal(reply.msg.toString(), 'echo:hello');
+  assert.equal(reply.from.port, listener.port);
+  assert.equal(context.stats.accepted, 1);
+});
+
+test('round robin across endpoints per client ip:port session', async (t) => {
+  const servers = await Promise.all(
+    ['127.0.0.11', '127.0.0.12', '127.0.0.13'].map((h) => udpServer(h, () => Buffer.from(h))),
+  );
+  t.after(() => Promise.all(servers.map((s) => s.close())));
+  const { listener } = await proxy(
+    t,
+    servers.map((s) => ep(s.host, s.port)),
+  );
+  const seen = new Map<string, number>();
+  for (let i = 0; i < 30; i++) {
+    const who = (await udpRequest(listener.port, 'q')).toString();
+    seen.set(who, (seen.get(who) ?? 0) + 1);
+  }
+  assert.deepEqual([...seen.values()], [10, 10, 10]);
+});
+
+test('a session keeps its endpoint while traffic flows and expires after the idle timeout', async (t) => {
+  const servers = await Promise.all(
+    ['127.0.0.11', '127.0.0.12'].map((h) => udpServer(h, () => Buffer.from(h))),
+  );
+  t.after(() => Promise.all(servers.map((s) => s.close())));
+  const { listener, context } = await proxy(
+    t,
+    servers.map((s) => ep(s.host, s.port)),
+    { idleTimeoutMs: 150 },
+  );
+  const socket = dgram.createSocket('udp4');
+  t.after(() => socket.close());
+  await new Promise<void>((r) => socket.bind(0, '127.0.0.21', r));
+  const ask = () =>
+    new Promise<string>((resolve) => {
+      socket.once('message', (m) => resolve(m.toString()));
+      socket.send('q', listener.port, '127.0.0.1');
+    });
+  const first = await ask();
+  for (let i = 0; i < 5; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(await ask(), first, 'same session, same endpoint');
+  }
+  assert.equal(listener.sessions.size, 1);
+  await waitFor(() => listener.sessions.size === 0, 1000, 'session expiry');
+  assert.equal(context.stats.active, 0);
+  // A new session starts for the next datagram, at the next endpoint.
+  assert.notEqual(await ask(), first);
+});
+
+test('datagrams up to 64 KiB pass unchanged both ways', async (t) => {
+  const server = await udpServer('127.0.0.11');
+  t.after(() => server.close());
+  const { listener } = await proxy(t, [ep(server.host, server.port)]);
+  for (const size of [1, 4096, 4097, 9000, 65507]) {
+    const payload = Buffer.alloc(size);
+    for (let i = 0; i < size; i++) payload[i] = i % 251;
+    const reply = await udpRequest(listener.port, payload);
+    assert.equal(reply.length, size);
+    assert.ok(reply.equals(payload), `payload of ${size} bytes intact`);
+  }
+});
+
+test('sessions are capped per service port; the idlest are evicted', async (t) => {
+  const server = await udpServer('127.0.0.11');
+  t.after(() => server.close());
+  const { listener, context } = await proxy(t, [ep(server.host, server.port)], {
+    maxSessions: 10,
+    idleTimeoutMs: 10_000,
+  });
+  const sockets: dgram.Socket[] = [];
+  t.after(() => {
+    for (const s of sockets) s.close();
+  });
+  let replies = 0;
+  for (let i = 0; i < 50; i++) {
+    const s = dgram.createSocket('udp4');
+    sockets.push(s);
+    s.on('message', () => replies++);
+    await new Promise<void>((r) => s.bind(0, '127.0.0.1', r));
+    s.send('x', listener.port, '127.0.0.1');
+    await waitFor(() => replies === i + 1, 2000, `reply ${i}`);
+    assert.ok(listener.sessions.size <= 10);
+  }
+  assert.equal(listener.sessions.size, 10);
+  assert.equal(context.stats.udpSessionsEvicted, 40);
+  assert.equal(context.stats.accepted, 50);
+});
+
+test('no endpoints: datagrams are dropped and counted', async (t) => {
+  const { listener, context } = await proxy(t, []);
+  await assert.rejects(udpRequest(listener.port, 'q', { timeoutMs: 200 }), /timed out/);
+  assert.equal(context.stats.noEndpoints, 1);
+});
+
+test('an endpoint that answers with ICMP unreachable loses the session and the client moves on', async (t) => {
+  const good = await udpServer('127.0.0.12', () => Buffer.from('good'));
+  const dead = await udpServer('127.0.0.11');
+  const deadPort = dead.port;
+  await dead.close();
+  t.after(() => good.close());
+  const { listener, context } = await proxy(t, [ep('127.0.0.11', deadPort), ep(good.host, good.port)], {
+    idleTimeoutMs: 5000,
+  });
+  context.balancer.setAffinity('ClientIP', 10800);
+  const socket = dgram.createSocket('udp4');
+  t.after(() => socket.close());
+  let got = '';
+  socket.on('message', (m) => {
+    got = m.toString();
+  });
+  await new Promise<void>((r) => socket.bind(0, '127.0.0.21', r));
+  for (let i = 0; i < 20 && got !== 'good'; i++) {
+    socket.send('q', listener.port, '127.0.0.1');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  assert.equal(got, 'good');
+});
