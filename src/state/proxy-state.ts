@@ -1,0 +1,419 @@
+// ProxyState: folds Service, EndpointSlice and Node events into pending changes and hands the proxier
+// immutable Snapshots (kube-proxy's ServiceChangeTracker + EndpointsChangeTracker). Pure: no I/O, no
+// clock; invalid input is reported through `warn` once and skipped.
+
+import type { ProxyHandlers } from '../source/handlers.ts';
+import {
+  ANNOTATION_LAST_CHANGE_TRIGGER_TIME,
+  type EndpointSlice,
+  LABEL_HEADLESS,
+  LABEL_SERVICE_PROXY_NAME,
+  LABEL_TOPOLOGY_ZONE,
+  type Node,
+  type ObjectMeta,
+  type Service,
+} from '../source/objects.ts';
+import {
+  formatProblem,
+  hasErrors,
+  type Problem,
+  validateEndpointSlice,
+  validateNode,
+  validateService,
+} from '../source/validate.ts';
+import { categorizeEndpoints, sameServicePortEndpoints } from './categorize-endpoints.ts';
+import type { ServicePortEndpoints } from './endpoint.ts';
+import { EndpointSliceCache, type ServiceKey, serviceKey, sliceServiceKey } from './endpoint-slice-cache.ts';
+import type { ServicePort, ServicePortKey } from './service-port.ts';
+import {
+  sameServicePort,
+  sameServicePorts,
+  servicePortsFromService,
+  type Warn,
+} from './service-port-builder.ts';
+import type { Snapshot } from './snapshot.ts';
+
+export type ProxyStateOptions = {
+  /** This node's name: endpoints with this nodeName are local; only this Node's labels are read. */
+  nodeName: string;
+  warn: Warn;
+  /** Called whenever a change becomes pending, and once when both sources have synced. */
+  onChange?: () => void;
+  /** Trigger times at or before this (epoch ms) are dropped: they predate us (kube-proxy's trackerStartTime). */
+  startTimeMs?: number;
+};
+
+type ServiceChange = { readonly previous: readonly ServicePort[]; current: readonly ServicePort[] };
+
+type Note = [msg: string, fields: Record<string, unknown>];
+
+export class ProxyState implements ProxyHandlers {
+  readonly #nodeName: string;
+  readonly #warn: Warn;
+  readonly #onChange: () => void;
+  readonly #startTimeMs: number;
+
+  // Last good version of every Service, and its ports as of the last checkout.
+  readonly #services = new Map<ServiceKey, Service>();
+  readonly #appliedPorts = new Map<ServiceKey, readonly ServicePort[]>();
+  readonly #pendingServices = new Map<ServiceKey, ServiceChange>();
+  readonly #slices: EndpointSliceCache;
+  readonly #dirtyEndpoints = new Set<ServiceKey>();
+  readonly #triggerTimes = new Map<ServiceKey, number[]>();
+  // What the next snapshot holds, updated in place at checkout; snapshots get copies.
+  readonly #servicePorts = new Map<ServicePortKey, ServicePort>();
+  readonly #endpoints = new Map<ServicePortKey, ServicePortEndpoints>();
+  readonly #endpointKeys = new Map<ServiceKey, readonly ServicePortKey[]>();
+  #snapshot: Snapshot | undefined;
+  // Last warnings per object, so a resync of the same bad object does not log again.
+  readonly #reported = new Map<string, string>();
+
+  #nodeZone: string | undefined;
+  #zoneChanged = false;
+  #servicesSynced = false;
+  #endpointSlicesSynced = false;
+  #pendingEndpointChanges = 0;
+  #serviceChangesTotal = 0;
+  #endpointChangesTotal = 0;
+
+  constructor(options: ProxyStateOptions) {
+    this.#nodeName = options.nodeName;
+    this.#warn = options.warn;
+    this.#onChange = options.onChange ?? (() => {});
+    this.#startTimeMs = options.startTimeMs ?? Number.NEGATIVE_INFINITY;
+    this.#slices = new EndpointSliceCache(options.nodeName);
+  }
+
+  /** True once both Services and EndpointSlices have been listed completely (nothing is programmed before). */
+  get isInitialized(): boolean {
+    return this.#servicesSynced && this.#endpointSlicesSynced;
+  }
+
+  /** Services with an uncommitted change (kubeproxy_sync_proxy_rules_service_changes_pending). */
+  get pendingServiceChanges(): number {
+    return this.#pendingServices.size;
+  }
+
+  /** EndpointSlice updates that changed something since the last checkout (..._endpoint_changes_pending). */
+  get pendingEndpointChanges(): number {
+    return this.#pendingEndpointChanges;
+  }
+
+  /** Every Service handler call (kubeproxy_sync_proxy_rules_service_changes_total). */
+  get serviceChangesTotal(): number {
+    return this.#serviceChangesTotal;
+  }
+
+  /** Every EndpointSlice update kube-proxy would consider, changed or not (..._endpoint_changes_total). */
+  get endpointChangesTotal(): number {
+    return this.#endpointChangesTotal;
+  }
+
+  /** This node's topology.kubernetes.io/zone label, if known. */
+  get nodeZone(): string | undefined {
+    return this.#nodeZone;
+  }
+
+  onServiceAdd(service: Service): void {
+    this.#upsertService(service);
+  }
+
+  /** `oldService` is not trusted: the change is computed against the last good version we kept. */
+  onServiceUpdate(_oldService: Service, service: Service): void {
+    this.#upsertService(service);
+  }
+
+  onServiceDelete(service: Service): void {
+    this.#serviceChangesTotal++;
+    const key = serviceKeyOf(service?.metadata);
+    if (key === undefined) {
+      this.#report('Service (unnamed)', [['Ignoring delete of an unnamed object', { kind: 'Service' }]]);
+      return;
+    }
+    this.#deleteService(key);
+  }
+
+  onServicesSynced(): void {
+    this.#synced(() => (this.#servicesSynced = true));
+  }
+
+  onEndpointSliceAdd(slice: EndpointSlice): void {
+    this.#upsertSlice(slice);
+  }
+
+  /** `oldSlice` is not trusted: slices are stored by name, so the new one simply replaces ours. */
+  onEndpointSliceUpdate(_oldSlice: EndpointSlice, slice: EndpointSlice): void {
+    this.#upsertSlice(slice);
+  }
+
+  onEndpointSliceDelete(slice: EndpointSlice): void {
+    const key = objectKey(slice?.metadata);
+    if (key === undefined) {
+      this.#report('EndpointSlice (unnamed)', [
+        ['Ignoring delete of an unnamed object', { kind: 'EndpointSlice' }],
+      ]);
+      return;
+    }
+    this.#reported.delete(`EndpointSlice ${key}`);
+    if (sliceServiceKey(slice) !== undefined) this.#endpointChangesTotal++;
+    this.#sliceChanged(this.#slices.delete(slice), undefined);
+  }
+
+  onEndpointSlicesSynced(): void {
+    this.#synced(() => (this.#endpointSlicesSynced = true));
+  }
+
+  onNodeUpdate(node: Node): void {
+    if (node?.metadata?.name !== this.#nodeName) return;
+    const problems = validateNode(node);
+    if (hasErrors(problems)) {
+      this.#reportInvalid('Node', this.#nodeName, problems);
+      return;
+    }
+    this.#setZone(node.metadata.labels?.[LABEL_TOPOLOGY_ZONE]);
+  }
+
+  onNodeDelete(node: Node): void {
+    if (node?.metadata?.name === this.#nodeName) this.#setZone(undefined);
+  }
+
+  /**
+   * Applies the pending changes and returns the full picture with what changed since the previous
+   * checkout. Only Services that changed (or whose slices did) are recomputed.
+   */
+  checkout(): Snapshot {
+    const changedServicePorts = new Set<ServicePortKey>();
+    const changedEndpoints = new Set<ServicePortKey>();
+    const recompute = new Set<ServiceKey>(this.#zoneChanged ? this.#appliedPorts.keys() : []);
+    for (const service of this.#dirtyEndpoints) recompute.add(service);
+
+    for (const [service, change] of this.#pendingServices) {
+      const before = new Map(change.previous.map((p) => [p.key, p]));
+      for (const port of change.current) {
+        const old = before.get(port.key);
+        before.delete(port.key);
+        if (old !== undefined && sameServicePort(old, port)) continue;
+        this.#servicePorts.set(port.key, port);
+        changedServicePorts.add(port.key);
+      }
+      for (const key of before.keys()) {
+        this.#servicePorts.delete(key);
+        changedServicePorts.add(key);
+      }
+      if (change.current.length > 0) this.#appliedPorts.set(service, change.current);
+      else this.#appliedPorts.delete(service);
+      recompute.add(service);
+    }
+
+    let endpointsMutated = false;
+    for (const service of recompute) {
+      const ports = this.#appliedPorts.get(service) ?? [];
+      const merged = ports.length > 0 ? this.#slices.endpoints(service) : undefined;
+      const oldKeys = this.#endpointKeys.get(service) ?? [];
+      for (const port of ports) {
+        const next = categorizeEndpoints(merged?.get(port.key) ?? [], port, this.#nodeZone);
+        const old = this.#endpoints.get(port.key);
+        if (old !== undefined && sameServicePortEndpoints(old, next)) continue;
+        if (old !== undefined || next.all.length > 0) changedEndpoints.add(port.key);
+        this.#endpoints.set(port.key, next);
+        endpointsMutated = true;
+      }
+      const newKeys = ports.map((p) => p.key);
+      for (const key of oldKeys) {
+        if (newKeys.includes(key)) continue;
+        if ((this.#endpoints.get(key)?.all.length ?? 0) > 0) changedEndpoints.add(key);
+        this.#endpoints.delete(key);
+        endpointsMutated = true;
+      }
+      if (newKeys.length > 0) this.#endpointKeys.set(service, newKeys);
+      else this.#endpointKeys.delete(service);
+    }
+
+    const triggerTimes = [...this.#triggerTimes.values()].flat();
+    this.#pendingServices.clear();
+    this.#dirtyEndpoints.clear();
+    this.#triggerTimes.clear();
+    this.#pendingEndpointChanges = 0;
+    this.#zoneChanged = false;
+
+    const previous = this.#snapshot;
+    this.#snapshot = {
+      servicePorts:
+        previous === undefined || changedServicePorts.size > 0
+          ? new Map(this.#servicePorts)
+          : previous.servicePorts,
+      endpoints: previous === undefined || endpointsMutated ? new Map(this.#endpoints) : previous.endpoints,
+      changedServicePorts,
+      changedEndpoints,
+      triggerTimes,
+    };
+    return this.#snapshot;
+  }
+
+  #upsertService(service: Service): void {
+    this.#serviceChangesTotal++;
+    const key = serviceKeyOf(service?.metadata);
+    if (key !== undefined && servedByOthers(service.metadata)) {
+      this.#deleteService(key);
+      return;
+    }
+    const problems = validateService(service);
+    if (key === undefined || hasErrors(problems)) {
+      this.#reportInvalid('Service', key, problems);
+      return;
+    }
+    const stored = this.#services.get(key);
+    // An informer resync delivers the same object again: nothing to do, nothing to log again.
+    if (stored !== undefined && deepEqual(stored, service)) return;
+    this.#services.set(key, service);
+    const notes = warningNotes('Service', key, problems);
+    const ports = servicePortsFromService(service, (msg, fields) => notes.push([msg, fields]));
+    this.#report(`Service ${key}`, notes);
+    if (this.#setServicePorts(key, ports)) this.#onChange();
+  }
+
+  #deleteService(key: ServiceKey): void {
+    this.#reported.delete(`Service ${key}`);
+    if (!this.#services.delete(key)) return;
+    if (this.#setServicePorts(key, [])) this.#onChange();
+  }
+
+  // ServiceChangeTracker.Update: keep the ports from before the first pending change; drop the entry
+  // when the latest ports equal them again. True when a change is pending for this Service.
+  #setServicePorts(key: ServiceKey, ports: readonly ServicePort[]): boolean {
+    const pending = this.#pendingServices.get(key);
+    const previous = pending?.previous ?? this.#appliedPorts.get(key) ?? [];
+    if (sameServicePorts(previous, ports)) {
+      this.#pendingServices.delete(key);
+      return false;
+    }
+    if (pending !== undefined) pending.current = ports;
+    else this.#pendingServices.set(key, { previous, current: ports });
+    return true;
+  }
+
+  #upsertSlice(slice: EndpointSlice): void {
+    const key = objectKey(slice?.metadata);
+    if (key !== undefined && servedByOthers(slice.metadata)) {
+      this.#reported.delete(`EndpointSlice ${key}`);
+      this.#sliceChanged(this.#slices.delete(slice), undefined);
+      return;
+    }
+    const problems = validateEndpointSlice(slice);
+    if (key === undefined || hasErrors(problems)) {
+      this.#reportInvalid('EndpointSlice', key, problems);
+      return;
+    }
+    const notes = warningNotes('EndpointSlice', key, problems);
+    const service = sliceServiceKey(slice);
+    if (service === undefined && slice.addressType !== 'FQDN')
+      notes.push([
+        'Ignoring EndpointSlice without a service-name label',
+        { kind: 'EndpointSlice', object: key },
+      ]);
+    this.#report(`EndpointSlice ${key}`, notes);
+    if (service !== undefined) this.#endpointChangesTotal++;
+    this.#sliceChanged(this.#slices.update(slice), slice);
+  }
+
+  // `services` are those whose slices changed; `slice` is the updated slice (undefined for a removal).
+  #sliceChanged(services: readonly ServiceKey[], slice: EndpointSlice | undefined): void {
+    if (services.length === 0) return;
+    this.#pendingEndpointChanges++;
+    const owner = slice === undefined ? undefined : sliceServiceKey(slice);
+    for (const service of services) {
+      this.#dirtyEndpoints.add(service);
+      // As kube-proxy: a removal's annotation is the time of the last update, not of this change.
+      if (service !== owner) this.#triggerTimes.delete(service);
+    }
+    const t = triggerTime(slice?.metadata?.annotations?.[ANNOTATION_LAST_CHANGE_TRIGGER_TIME]);
+    if (owner !== undefined && services.includes(owner) && t !== undefined && t > this.#startTimeMs) {
+      const times = this.#triggerTimes.get(owner);
+      if (times === undefined) this.#triggerTimes.set(owner, [t]);
+      else times.push(t);
+    }
+    this.#onChange();
+  }
+
+  #setZone(zone: string | undefined): void {
+    if (zone === this.#nodeZone) return;
+    this.#nodeZone = zone;
+    this.#zoneChanged = true;
+    this.#onChange();
+  }
+
+  #synced(mark: () => void): void {
+    const was = this.isInitialized;
+    mark();
+    if (!was && this.isInitialized) this.#onChange();
+  }
+
+  // One warning per bad object version, naming it and every problem found.
+  #reportInvalid(kind: string, key: string | undefined, problems: readonly Problem[]): void {
+    const object = key ?? '(unnamed)';
+    const fields = { kind, object, problems: problems.map(formatProblem) };
+    this.#report(`${kind} ${object}`, [['Ignoring invalid object', fields]]);
+  }
+
+  // Logs the notes for an object unless they are exactly what was logged for it last time.
+  #report(object: string, notes: readonly Note[]): void {
+    if (notes.length === 0) {
+      this.#reported.delete(object);
+      return;
+    }
+    const signature = JSON.stringify(notes);
+    if (this.#reported.get(object) === signature) return;
+    this.#reported.set(object, signature);
+    for (const [msg, fields] of notes) this.#warn(msg, fields);
+  }
+}
+
+// `namespace/name`, or undefined when either is missing (such an object cannot be tracked).
+function objectKey(meta: ObjectMeta | undefined): string | undefined {
+  const namespace = meta?.namespace;
+  const name = meta?.name;
+  if (typeof namespace !== 'string' || typeof name !== 'string' || namespace === '' || name === '')
+    return undefined;
+  return `${namespace}/${name}`;
+}
+
+function serviceKeyOf(meta: ObjectMeta | undefined): ServiceKey | undefined {
+  const key = objectKey(meta);
+  return key === undefined ? undefined : serviceKey(meta!.namespace!, meta!.name!);
+}
+
+// kube-proxy's informers never see these objects (label selector); a source that does, e.g. a
+// manifest, gets the same result: the object is treated as absent.
+function servedByOthers(meta: ObjectMeta | undefined): boolean {
+  const labels: unknown = meta?.labels;
+  if (typeof labels !== 'object' || labels === null) return false;
+  return Object.hasOwn(labels, LABEL_SERVICE_PROXY_NAME) || Object.hasOwn(labels, LABEL_HEADLESS);
+}
+
+function warningNotes(kind: string, key: string, problems: readonly Problem[]): Note[] {
+  const warnings = problems.filter((p) => p.severity === 'warning');
+  if (warnings.length === 0) return [];
+  return [['Ignoring parts of an object', { kind, object: key, problems: warnings.map(formatProblem) }]];
+}
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/;
+
+/** Epoch ms of an RFC 3339 timestamp (nanoseconds allowed, truncated to ms); undefined if malformed. */
+export function triggerTime(value: string | undefined): number | undefined {
+  if (typeof value !== 'string' || !RFC3339.test(value)) return undefined;
+  const ms = Date.parse(value);
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+function deepEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  for (const k of ka) {
+    if (!Object.hasOwn(b, k)) return false;
+    if (!deepEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+  }
+  return true;
+}
