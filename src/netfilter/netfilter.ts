@@ -1,0 +1,161 @@
+// What the proxier calls to make the portal rules match its service ports, per IP family: full
+// restores when the state in the kernel is unknown, one-service deltas otherwise. Owns no sockets.
+import { isProxyError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import type { IPFamily, ServicePortKey } from '../state/service-port.ts';
+import type { Iptables } from './iptables.ts';
+import {
+  type PortalSpec,
+  type RuleContext,
+  renderDelta,
+  renderRestoreInput,
+  restoreText,
+  sameContext,
+} from './rules.ts';
+
+/** The fixed settings of one family the proxy serves. */
+export type FamilyConfig = {
+  readonly family: IPFamily;
+  /** `0.0.0.0`/`::` or a specific IP of this family (see RuleContext). */
+  readonly bindAddress: string;
+  /** Node IP of this family for host-side DNAT; never loopback. */
+  readonly hostIP: string;
+  readonly nodePortAddresses: readonly string[];
+};
+
+export type NetfilterDeps = {
+  readonly iptables: Iptables;
+  readonly log: Logger;
+  readonly families: readonly FamilyConfig[];
+};
+
+export type SyncOptions = {
+  /** Render and restore everything (the proxier's periodic sync, start-up, after a failed sync). */
+  readonly full: boolean;
+  /** The node's current addresses (all families); NodePort rules use those inside nodePortAddresses. */
+  readonly localAddresses?: readonly string[];
+  /**
+   * Before a delta, check that our jumps are in place (three `iptables -S`, ~20 ms) and restore
+   * everything when one is missing. Default true.
+   */
+  readonly checkJumps?: boolean;
+};
+
+type Applied = { readonly ctx: RuleContext; readonly portals: ReadonlyMap<ServicePortKey, PortalSpec> };
+
+/**
+ * Keeps our chains equal to the wanted portals. When a full render is used:
+ * - the first sync of a family (start-up: replaces whatever a previous process left in our chains);
+ * - `options.full` (the periodic sync: repairs rules and jumps someone else removed or added);
+ * - after a failed restore (what the kernel holds is unknown), including at once when a delta fails;
+ * - when the context changed (bind address, host IP, the node's NodePort addresses);
+ * - when `checkJumps` finds a jump or chain missing.
+ * Otherwise only the rules of changed service ports are deleted and appended (a few lines). Measured
+ * at 10,000 service ports on nf_tables (bench/iptables.bench.ts): full ~0.8 s, adding one ~50 ms,
+ * removing one ~0.25 s (each `-D` reads the chain back).
+ */
+export class Netfilter {
+  readonly #iptables: Iptables;
+  readonly #log: Logger;
+  readonly #families: readonly FamilyConfig[];
+  /** Last successfully applied state per family; absent = unknown, the next sync is full. */
+  readonly #applied = new Map<IPFamily, Applied>();
+  #queue: Promise<unknown> = Promise.resolve();
+
+  constructor(deps: NetfilterDeps) {
+    this.#iptables = deps.iptables;
+    this.#log = deps.log;
+    this.#families = deps.families;
+  }
+
+  /** Applies the rules of `portals` for every family; rejects with the first family's error. */
+  sync(portals: readonly PortalSpec[], options: SyncOptions): Promise<void> {
+    return this.#serialize(async () => {
+      const next = new Map<ServicePortKey, PortalSpec>();
+      for (const p of portals) next.set(p.servicePort.key, p);
+      await this.#eachFamily('Sync failed', (f) => this.#syncFamily(f, portals, next, options));
+    });
+  }
+
+  /** Removes every jump and chain we ever write, for every family. Safe to call twice. */
+  cleanup(): Promise<void> {
+    return this.#serialize(() =>
+      this.#eachFamily('Cleanup failed', async (f) => {
+        this.#applied.delete(f.family);
+        await this.#iptables.cleanup(f.family);
+      }),
+    );
+  }
+
+  /** True when the next sync of `family` will be a full restore. */
+  needsFullSync(family: IPFamily): boolean {
+    return !this.#applied.has(family);
+  }
+
+  async #syncFamily(
+    config: FamilyConfig,
+    portals: readonly PortalSpec[],
+    next: ReadonlyMap<ServicePortKey, PortalSpec>,
+    options: SyncOptions,
+  ): Promise<void> {
+    const { family } = config;
+    const ctx: RuleContext = { ...config, localAddresses: options.localAddresses ?? [] };
+    const last = this.#applied.get(family);
+    if (!options.full && last !== undefined && sameContext(last.ctx, ctx)) {
+      if (await this.#deltaApplied(family, last, next, ctx, options)) return;
+    }
+    this.#applied.delete(family);
+    const missing = await this.#iptables.missingJumps(family);
+    if (missing.length > 0 && last !== undefined)
+      this.#log.warn({ family, jumps: missing.map((j) => `${j.from}->${j.to}`) }, 'Restoring missing jumps');
+    const text = restoreText(renderRestoreInput({ ...ctx, portals }, missing));
+    await this.#iptables.restore(family, text);
+    this.#applied.set(family, { ctx, portals: next });
+    this.#log.debug({ family, servicePorts: next.size, jumps: missing.length }, 'Restored all rules');
+  }
+
+  /** Tries a delta; false when the caller must fall back to a full restore. */
+  async #deltaApplied(
+    family: IPFamily,
+    last: Applied,
+    next: ReadonlyMap<ServicePortKey, PortalSpec>,
+    ctx: RuleContext,
+    options: SyncOptions,
+  ): Promise<boolean> {
+    if ((options.checkJumps ?? true) && (await this.#iptables.missingJumps(family)).length > 0) return false;
+    const text = restoreText(renderDelta(last.portals, next, ctx));
+    if (text !== '') {
+      try {
+        await this.#iptables.restore(family, text);
+      } catch (err) {
+        if (!isProxyError(err, 'KUP_ERR_IPTABLES_RESTORE')) throw err;
+        // Usually a `-D` of a rule someone else removed: the kernel no longer holds what we think.
+        this.#log.warn({ family, err }, 'Delta restore failed, restoring all rules');
+        return false;
+      }
+    }
+    this.#applied.set(family, { ctx, portals: next });
+    return true;
+  }
+
+  async #eachFamily(message: string, fn: (f: FamilyConfig) => Promise<void>): Promise<void> {
+    let first: unknown;
+    let failed = false;
+    for (const f of this.#families) {
+      try {
+        await fn(f);
+      } catch (err) {
+        // The first error goes to the caller (who logs it); later families' errors are logged here.
+        if (failed) this.#log.error({ family: f.family, err }, message);
+        else [first, failed] = [err, true];
+      }
+    }
+    if (failed) throw first;
+  }
+
+  #serialize<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.#queue.then(fn, fn);
+    this.#queue = result.catch(() => {});
+    return result;
+  }
+}

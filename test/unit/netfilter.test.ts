@@ -1,0 +1,168 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ProxyError } from '../../src/errors.ts';
+import { silentLogger } from '../../src/log.ts';
+import { JUMPS, type Jump } from '../../src/netfilter/chains.ts';
+import type { Iptables } from '../../src/netfilter/iptables.ts';
+import { type FamilyConfig, Netfilter } from '../../src/netfilter/netfilter.ts';
+import type { IPFamily } from '../../src/state/service-port.ts';
+import { portal } from '../helpers/portals.ts';
+
+/** An Iptables that records restores and fails the ones `failNext` says to. */
+class FakeIptables implements Iptables {
+  restores: { family: IPFamily; text: string }[] = [];
+  missing: Jump[] = [];
+  failNext: ((text: string) => boolean) | undefined;
+  cleanups: IPFamily[] = [];
+  jumpChecks = 0;
+
+  async restore(family: IPFamily, text: string): Promise<void> {
+    if (this.failNext?.(text)) {
+      this.failNext = undefined;
+      throw new ProxyError('KUP_ERR_IPTABLES_RESTORE', 'line 2 failed');
+    }
+    this.restores.push({ family, text });
+  }
+  async save(): Promise<string> {
+    return '';
+  }
+  async missingJumps(): Promise<Jump[]> {
+    this.jumpChecks++;
+    return this.missing;
+  }
+  async cleanup(family: IPFamily): Promise<void> {
+    this.cleanups.push(family);
+  }
+  async flushConntrackUDP(): Promise<void> {}
+  /** Kinds of the restores since the last call: full (declares chains) or delta. */
+  kinds(): string[] {
+    const k = this.restores.map(
+      (r) => `${r.family}:${r.text.includes(':KUBE-PORTALS-CONTAINER') ? 'full' : 'delta'}`,
+    );
+    this.restores = [];
+    return k;
+  }
+}
+
+const v4: FamilyConfig = {
+  family: 'IPv4',
+  bindAddress: '0.0.0.0',
+  hostIP: '192.168.1.5',
+  nodePortAddresses: [],
+};
+const v6: FamilyConfig = { family: 'IPv6', bindAddress: '::', hostIP: 'fd00::5', nodePortAddresses: [] };
+const a = portal('default', 'a', 'http', { clusterIPs: ['10.0.0.1', 'fd00::1'], proxyPort: 40001 });
+const b = portal('default', 'b', 'http', { clusterIPs: ['10.0.0.2'], proxyPort: 40002 });
+
+function setup(families: FamilyConfig[] = [v4]) {
+  const iptables = new FakeIptables();
+  const nf = new Netfilter({ iptables, log: silentLogger(), families });
+  return { iptables, nf };
+}
+
+test('first sync is full with the missing jumps; then deltas with only the changed service', async () => {
+  const { iptables, nf } = setup();
+  iptables.missing = [...JUMPS];
+  assert.ok(nf.needsFullSync('IPv4'));
+  await nf.sync([a], { full: false });
+  const [first] = iptables.restores;
+  assert.match(first?.text ?? '', /-I PREROUTING 1 .* -j KUBE-PORTALS-CONTAINER/);
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+  assert.ok(!nf.needsFullSync('IPv4'));
+
+  iptables.missing = [];
+  await nf.sync([a, b], { full: false });
+  const delta = iptables.restores[0]?.text ?? '';
+  assert.deepEqual(iptables.kinds(), ['IPv4:delta']);
+  assert.ok(delta.includes('default/b:http') && !delta.includes('default/a:http'), delta);
+
+  await nf.sync([a, b], { full: false });
+  assert.deepEqual(iptables.kinds(), [], 'no change, no restore');
+  await nf.sync([a, b], { full: true });
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+});
+
+test('a failed delta falls back to a full restore in the same sync', async () => {
+  const { iptables, nf } = setup();
+  await nf.sync([a], { full: false });
+  iptables.kinds();
+  iptables.failNext = (text) => !text.includes(':KUBE-PORTALS-CONTAINER');
+  await nf.sync([b], { full: false });
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+  assert.ok(!nf.needsFullSync('IPv4'));
+});
+
+test('a failed full restore rejects and makes the next sync full', async () => {
+  const { iptables, nf } = setup();
+  await nf.sync([a], { full: false });
+  iptables.kinds();
+  iptables.failNext = () => true;
+  await assert.rejects(nf.sync([a], { full: true }), { code: 'KUP_ERR_IPTABLES_RESTORE' });
+  assert.ok(nf.needsFullSync('IPv4'));
+  await nf.sync([a, b], { full: false });
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+});
+
+test('missing jumps found before a delta trigger a full restore (unless checkJumps is false)', async () => {
+  const { iptables, nf } = setup();
+  await nf.sync([a], { full: false });
+  iptables.kinds();
+  iptables.missing = [JUMPS[0]!];
+  await nf.sync([a, b], { full: false, checkJumps: false });
+  assert.deepEqual(iptables.kinds(), ['IPv4:delta']);
+  await nf.sync([a], { full: false });
+  const text = iptables.restores[0]?.text ?? '';
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+  assert.match(text, /-I OUTPUT 1 .* -j KUBE-PORTALS-HOST/);
+});
+
+test('a change of the node addresses inside --nodeport-addresses forces a full restore', async () => {
+  const { iptables, nf } = setup([{ ...v4, nodePortAddresses: ['192.168.1.0/24'] }]);
+  const np = portal('default', 'np', 'p', { clusterIPs: ['10.0.0.3'], nodePort: 30001, proxyPort: 40003 });
+  await nf.sync([np], { full: false, localAddresses: ['192.168.1.5', '10.9.9.9'] });
+  await nf.sync([np], { full: false, localAddresses: ['10.9.9.8', '192.168.1.5'] });
+  await nf.sync([np], { full: false, localAddresses: ['192.168.1.6'] });
+  assert.deepEqual(iptables.kinds(), ['IPv4:full', 'IPv4:full']);
+});
+
+test('both families sync; one failing does not stop the other; cleanup covers both', async () => {
+  const { iptables, nf } = setup([v4, v6]);
+  iptables.failNext = (text) => text.includes('10.0.0.1/32');
+  await assert.rejects(nf.sync([a, b], { full: true }), { code: 'KUP_ERR_IPTABLES_RESTORE' });
+  assert.deepEqual(iptables.kinds(), ['IPv6:full']);
+  assert.ok(nf.needsFullSync('IPv4'));
+  assert.ok(!nf.needsFullSync('IPv6'));
+  const v6text = restoresFor(iptables, async () => nf.sync([a, b], { full: true }), 'IPv6');
+  assert.ok(!(await v6text).includes('default/b:http'), 'a v4-only service has no IPv6 rules');
+  await nf.cleanup();
+  assert.deepEqual(iptables.cleanups, ['IPv4', 'IPv6']);
+  assert.ok(nf.needsFullSync('IPv4') && nf.needsFullSync('IPv6'));
+});
+
+async function restoresFor(
+  iptables: FakeIptables,
+  fn: () => Promise<void>,
+  family: IPFamily,
+): Promise<string> {
+  iptables.restores = [];
+  await fn();
+  return iptables.restores
+    .filter((r) => r.family === family)
+    .map((r) => r.text)
+    .join('');
+}
+
+test('syncs never overlap', async () => {
+  const { iptables, nf } = setup();
+  let inFlight = 0;
+  let most = 0;
+  const restore = iptables.restore.bind(iptables);
+  iptables.restore = async (family, text) => {
+    most = Math.max(most, ++inFlight);
+    await new Promise((r) => setImmediate(r));
+    inFlight--;
+    return restore(family, text);
+  };
+  await Promise.all([nf.sync([a], { full: true }), nf.sync([a, b], { full: true }), nf.cleanup()]);
+  assert.equal(most, 1);
+});
