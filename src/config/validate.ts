@@ -1,5 +1,7 @@
 // Pure parsers and checks for flag and config values (Go durations, IPs, host:port, CIDRs).
-import { isIP } from 'node:net';
+import { isValidIP } from '../source/validate.ts';
+
+export { isValidCIDR, isValidIP } from '../source/validate.ts';
 
 const UNIT_MS: Record<string, number> = {
   ns: 1e-6,
@@ -33,13 +35,6 @@ export function formatDuration(ms: number): string {
   return `${s}s`;
 }
 
-/** A strict IP check: Go's parser rejects IPv4 octets with leading zeros, so do we. */
-export function isValidIP(text: string): boolean {
-  const family = isIP(text);
-  if (family === 4) return !/(^|\.)0\d/.test(text);
-  return family === 6;
-}
-
 export function isUnspecified(ip: string): boolean {
   return ip === '0.0.0.0' || ip === '::';
 }
@@ -53,13 +48,4 @@ export function parseHostPort(text: string): { host: string; port: number } | un
   if (port > 65535) return undefined;
   if (host !== '' && !isValidIP(host)) return undefined;
   return { host: host === '' ? '0.0.0.0' : host, port };
-}
-
-/** True for `a.b.c.d/n` or `v6/n` with a valid prefix length. */
-export function isValidCIDR(text: string): boolean {
-  const m = /^(.+)\/(\d{1,3})$/.exec(text.trim());
-  if (!m) return false;
-  const family = isIP(m[1]!);
-  const bits = Number(m[2]);
-  return (family === 4 && bits <= 32 && isValidIP(m[1]!)) || (family === 6 && bits <= 128);
 }

@@ -277,7 +277,13 @@ export class Proxier {
     const busy = new Set<number>();
     let lastError: unknown;
     for (let i = 0; i < attempts; i++) {
-      const port = this.#allocator.allocateNext(busy);
+      let port: number;
+      try {
+        port = this.#allocator.allocateNext(busy);
+      } catch (err) {
+        if (busy.size === 0) throw err;
+        break; // every free port of the range is held by someone else
+      }
       const listener = this.#createListener(context);
       try {
         await listener.listen(this.#options.listenHost, port);
@@ -295,9 +301,10 @@ export class Proxier {
         );
       }
     }
+    const held = busy.size > 0 ? ` (ports held by other processes: ${[...busy].join(', ')})` : '';
     throw new ProxyError(
       'KUP_ERR_LISTEN',
-      `cannot listen for ${context.name}/${context.protocol}: ${(lastError as Error).message}`,
+      `cannot listen for ${context.name}/${context.protocol}: ${(lastError as Error).message}${held}`,
       {
         cause: lastError,
       },
