@@ -3,9 +3,35 @@ import { hostname } from 'node:os';
 import { logLevel } from './config/config.ts';
 import { parseArgs } from './config/flags.ts';
 import { isProxyError } from './errors.ts';
+import type { Logger } from './log.ts';
 import { createLogger } from './log.ts';
+import { createIptables, run } from './netfilter/iptables.ts';
 import { ProxyServer } from './proxy-server.ts';
 import { VERSION } from './version.ts';
+
+/** --cleanup: removes every chain and jump we ever write, IPv4 and IPv6; safe on a clean host. */
+async function cleanup(log: Logger): Promise<number> {
+  const iptables = createIptables(run);
+  let code = 0;
+  for (const family of ['IPv4', 'IPv6'] as const) {
+    try {
+      await iptables.cleanup(family);
+      log.info({ family }, 'Removed the proxy rules');
+    } catch (err) {
+      // A host without ip6tables (or without IPv6) has nothing of ours to remove.
+      if (isProxyError(err, 'KUP_ERR_IPTABLES_MISSING')) {
+        log.warn(
+          { family, err: { code: err.code, message: err.message } },
+          'iptables not available, nothing to clean',
+        );
+        continue;
+      }
+      log.error({ family, err }, 'Cleanup failed');
+      code = 1;
+    }
+  }
+  return code;
+}
 
 /** Runs the proxy until a signal; resolves with the exit code. */
 export async function main(argv: string[]): Promise<number> {
@@ -26,6 +52,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   const config = parsed.config;
   const log = createLogger({ level: logLevel(config.verbosity), format: config.logFormat });
+  if (config.cleanup) return cleanup(log);
   const server = new ProxyServer(config, { log, hostname: hostname() });
   let stopping = false;
   const done = new Promise<number>((resolve) => {

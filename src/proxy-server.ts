@@ -4,6 +4,11 @@ import net from 'node:net';
 import type { Config } from './config/config.ts';
 import { ProxyError } from './errors.ts';
 import type { Logger } from './log.ts';
+import { createIptables, type Iptables, run } from './netfilter/iptables.ts';
+import type { FamilyConfig } from './netfilter/netfilter.ts';
+import { Netfilter } from './netfilter/netfilter.ts';
+import { chooseHostIP, type HostInfo, readHostInfo } from './netfilter/node-ip.ts';
+import { IptablesPortals } from './netfilter/portal-programmer.ts';
 import { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
 import { PortAllocator, parsePortRange } from './proxier/port-allocator.ts';
 import type { PortalProgrammer } from './proxier/proxier.ts';
@@ -18,13 +23,33 @@ import { createMetrics } from './server/metrics.ts';
 import { ProxyHealth } from './server/proxy-health.ts';
 import { ManifestSource } from './source/manifest.ts';
 import { ProxyState } from './state/proxy-state.ts';
+import type { IPFamily } from './state/service-port.ts';
 
 export type ProxyServerDeps = {
   log: Logger;
-  /** Writes the portal rules; undefined = --no-iptables. */
-  portals?: PortalProgrammer;
   hostname?: string;
+  /** The iptables runner (tests inject one that runs inside a network namespace). */
+  iptables?: Iptables;
+  /** The host's routes and interfaces (tests inject them). */
+  hostInfo?: () => HostInfo;
 };
+
+/** The families to program and their node IPs: the bind IP's family, or every family the host has. */
+export function familyConfigs(config: Config, info: HostInfo, log: Logger): FamilyConfig[] {
+  const all = config.bindAddress === '0.0.0.0' || config.bindAddress === '::';
+  const families: IPFamily[] = all ? ['IPv4', 'IPv6'] : [config.bindAddress.includes(':') ? 'IPv6' : 'IPv4'];
+  const out: FamilyConfig[] = [];
+  for (const family of families) {
+    const hostIP = all ? chooseHostIP(info, family) : config.bindAddress;
+    if (hostIP === undefined) {
+      log.warn({ family }, 'No node IP of this family; its services get no rules');
+      continue;
+    }
+    const bindAddress = all ? (family === 'IPv4' ? '0.0.0.0' : '::') : config.bindAddress;
+    out.push({ family, bindAddress, hostIP, nodePortAddresses: config.nodePortAddresses });
+  }
+  return out;
+}
 
 /** The running proxy. */
 export class ProxyServer {
@@ -36,6 +61,9 @@ export class ProxyServer {
   readonly metrics: ProxyMetrics;
   readonly runner: BoundedFrequencyRunner;
   readonly nodeName: string;
+  /** The iptables portals; undefined with --no-iptables. */
+  readonly portals: IptablesPortals | undefined;
+  readonly #preferredPorts = new Map<string, number>();
   manifest: ManifestSource | undefined;
   healthServer: HttpServer | undefined;
   metricsServer: HttpServer | undefined;
@@ -53,6 +81,21 @@ export class ProxyServer {
       onChange: () => this.#queueSync(),
     });
     const allocator = new PortAllocator(parsePortRange(config.proxyPortRange));
+    let portals: PortalProgrammer | undefined;
+    if (config.iptables) {
+      const iptables = deps.iptables ?? createIptables(run);
+      const hostInfo = deps.hostInfo ?? readHostInfo;
+      const log = this.log.child({ component: 'iptables' });
+      const families = familyConfigs(config, hostInfo(), log);
+      this.portals = new IptablesPortals({
+        netfilter: new Netfilter({ iptables, log, families }),
+        iptables,
+        families: families.map((f) => f.family),
+        log,
+        hostInfo,
+      });
+      portals = this.portals;
+    }
     this.proxier = new Proxier(
       {
         listenHost: config.bindAddress === '0.0.0.0' ? '::' : config.bindAddress,
@@ -67,8 +110,15 @@ export class ProxyServer {
           idleTimeoutMs: config.udpTimeoutMs,
           maxSessions: config.udpMaxSessions,
         },
+        claimNodePorts: config.iptables,
       },
-      { source: this.state, allocator, portals: deps.portals, log: this.log.child({ component: 'proxier' }) },
+      {
+        source: this.state,
+        allocator,
+        portals,
+        log: this.log.child({ component: 'proxier' }),
+        preferredPorts: this.#preferredPorts,
+      },
     );
     this.runner = new BoundedFrequencyRunner(
       'userspace-proxy-sync-runner',
@@ -116,6 +166,15 @@ export class ProxyServer {
     if (this.config.bindAddress === '0.0.0.0' && !(await canListenDualStack())) {
       this.log.warn('IPv6 is not available; listening on IPv4 only');
       this.proxier.setListenHost('0.0.0.0');
+    }
+    if (this.portals !== undefined) {
+      for (const [key, port] of await this.portals.previousProxyPorts()) this.#preferredPorts.set(key, port);
+      if (this.#preferredPorts.size > 0) {
+        this.log.info(
+          { servicePorts: this.#preferredPorts.size },
+          'Reusing the proxy ports of the rules in place',
+        );
+      }
     }
     if (this.config.manifest !== undefined) {
       this.manifest = new ManifestSource(
@@ -177,7 +236,11 @@ export class ProxyServer {
       '/proxyMode': (_req, res) => sendText(res, 200, 'userspace'),
       '/healthz': (_req, res) => sendText(res, 200, 'ok'),
       '/debug/services': (_req, res) =>
-        sendJSON(res, 200, debugServices(this.proxier.status(), this.proxier.failures())),
+        sendJSON(
+          res,
+          200,
+          debugServices(this.proxier.status(), this.proxier.failures(), this.proxier.nodePortErrors()),
+        ),
     });
   }
 

@@ -50,6 +50,8 @@ export type ProxierOptions = {
   syncPeriodMs: number;
   /** How many ports to try when a bind fails because someone else holds the port. */
   bindAttempts?: number;
+  /** Hold each NodePort with a listener of our own (iptables mode). */
+  claimNodePorts?: boolean;
 };
 
 export type ProxierDeps = {
@@ -61,6 +63,9 @@ export type ProxierDeps = {
   connect?: Connector;
   /** The observer for a service port (tracing); noop by default. */
   observerFor?: (servicePort: ServicePort) => ConnectionObserver;
+  /** Proxy ports to reuse when free (`ns/name:port/PROTO` → port), e.g. read back from a previous
+   * process's rules, so those rules stay valid across a restart. */
+  preferredPorts?: ReadonlyMap<string, number>;
 };
 
 /** What runs for one service port. */
@@ -69,6 +74,10 @@ type ServiceInfo = {
   context: ServicePortContext;
   listener: TcpListener | UdpListener;
   proxyPort: number;
+  /** The NodePort held open (and served) so no other process can take a port our rules hijack. */
+  nodePortClaim: { port: number; listener: TcpListener | UdpListener } | undefined;
+  /** Why the NodePort could not be claimed; its rules are left out until it can. */
+  nodePortError: ProxyError | undefined;
 };
 
 export type ServicePortStatus = {
@@ -95,6 +104,7 @@ export class Proxier {
   readonly #clock: Clock;
   readonly #connect: Connector | undefined;
   readonly #observerFor: (sp: ServicePort) => ConnectionObserver;
+  readonly #preferredPorts: ReadonlyMap<string, number>;
   readonly #services = new Map<ServicePortKey, ServiceInfo>();
   /** Service ports that should run but could not be opened; retried every sync. */
   readonly #failed = new Map<ServicePortKey, ProxyError>();
@@ -117,6 +127,7 @@ export class Proxier {
     this.#clock = deps.clock ?? realClock;
     this.#connect = deps.connect;
     this.#observerFor = deps.observerFor ?? (() => noopObserver);
+    this.#preferredPorts = deps.preferredPorts ?? new Map();
   }
 
   /** Service ports that are running, with their proxy ports and current endpoints. */
@@ -205,7 +216,16 @@ export class Proxier {
     }
 
     const now = this.#clock.now();
-    for (const info of this.#services.values()) info.context.balancer.cleanupStaleStickySessions(now);
+    for (const info of this.#services.values()) {
+      info.context.balancer.cleanupStaleStickySessions(now);
+      if (
+        this.#options.claimNodePorts &&
+        info.servicePort.nodePort !== 0 &&
+        info.nodePortClaim === undefined
+      ) {
+        await this.#claimNodePort(info);
+      }
+    }
 
     await this.#portals.sync(this.portals(), { full, removedUDP });
     if (full) this.#lastFullSyncMs = started;
@@ -225,9 +245,64 @@ export class Proxier {
   /** The running service ports and their proxy ports, for the portal programmer. */
   portals(): PortalSpec[] {
     const out: PortalSpec[] = [];
-    for (const info of this.#services.values())
-      out.push({ servicePort: info.servicePort, proxyPort: info.proxyPort });
+    for (const info of this.#services.values()) {
+      let servicePort = info.servicePort;
+      // A NodePort someone else holds gets no rules: we must not hijack their traffic.
+      if (
+        this.#options.claimNodePorts &&
+        servicePort.nodePort !== 0 &&
+        info.nodePortClaim?.port !== servicePort.nodePort
+      ) {
+        servicePort = { ...servicePort, nodePort: 0 };
+      }
+      out.push({ servicePort, proxyPort: info.proxyPort });
+    }
     return out;
+  }
+
+  /** NodePort claims that failed, by service port (for /debug/services). */
+  nodePortErrors(): Map<ServicePortKey, ProxyError> {
+    const out = new Map<ServicePortKey, ProxyError>();
+    for (const [key, info] of this.#services)
+      if (info.nodePortError !== undefined) out.set(key, info.nodePortError);
+    return out;
+  }
+
+  async #claimNodePort(info: ServiceInfo): Promise<void> {
+    const port = info.servicePort.nodePort;
+    const listener = this.#createListener(info.context);
+    try {
+      await listener.listen(this.#options.listenHost, port);
+      info.nodePortClaim = { port, listener };
+      if (info.nodePortError !== undefined)
+        this.#log.info({ service: info.servicePort.key, nodePort: port }, 'NodePort claimed');
+      info.nodePortError = undefined;
+    } catch (err) {
+      listener.destroy();
+      const error = new ProxyError(
+        'KUP_ERR_PORT_CONFLICT',
+        `NodePort ${port}/${info.servicePort.protocol} of ${info.servicePort.name} is held by another process: ${(err as Error).message}`,
+        { cause: err },
+      );
+      if (info.nodePortError?.message !== error.message) {
+        this.#log.error(
+          {
+            service: info.servicePort.key,
+            nodePort: port,
+            err: { code: error.code, message: error.message },
+          },
+          'Port conflict detected',
+        );
+      }
+      info.nodePortError = error;
+    }
+  }
+
+  async #releaseNodePort(info: ServiceInfo): Promise<void> {
+    const claim = info.nodePortClaim;
+    info.nodePortClaim = undefined;
+    info.nodePortError = undefined;
+    if (claim !== undefined) await claim.listener.close();
   }
 
   async #start(servicePort: ServicePort, endpoints: ServicePortEndpoints | undefined): Promise<boolean> {
@@ -243,7 +318,14 @@ export class Proxier {
     };
     try {
       const { listener, port } = await this.#listen(context);
-      this.#services.set(servicePort.key, { servicePort, context, listener, proxyPort: port });
+      this.#services.set(servicePort.key, {
+        servicePort,
+        context,
+        listener,
+        proxyPort: port,
+        nodePortClaim: undefined,
+        nodePortError: undefined,
+      });
       if (this.#failed.delete(servicePort.key))
         this.#log.info({ service: servicePort.key, proxyPort: port }, 'Service port recovered');
       this.#log.info(
@@ -276,6 +358,20 @@ export class Proxier {
     const attempts = this.#allocator.isKernelChosen ? 1 : (this.#options.bindAttempts ?? 16);
     const busy = new Set<number>();
     let lastError: unknown;
+    // The port a previous process used for this service port, while it is free: its rules stay valid.
+    const preferred = this.#preferredPorts.get(`${context.name}/${context.protocol}`);
+    if (preferred !== undefined && (this.#allocator.isKernelChosen || this.#allocator.allocate(preferred))) {
+      const listener = this.#createListener(context);
+      try {
+        await listener.listen(this.#options.listenHost, preferred);
+        return { listener, port: listener.port };
+      } catch (err) {
+        this.#allocator.release(preferred);
+        listener.destroy();
+        busy.add(preferred);
+        lastError = err;
+      }
+    }
     for (let i = 0; i < attempts; i++) {
       let port: number;
       try {
@@ -327,6 +423,8 @@ export class Proxier {
     info.servicePort = servicePort;
     info.context.balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
     if (before.trace !== servicePort.trace) info.context.observer = this.#observerFor(servicePort);
+    if (before.nodePort !== servicePort.nodePort && info.nodePortClaim !== undefined)
+      void this.#releaseNodePort(info);
     if (!samePortals(before, servicePort))
       this.#log.info({ service: servicePort.key }, 'Service port changed');
   }
@@ -334,6 +432,7 @@ export class Proxier {
   async #stop(info: ServiceInfo): Promise<void> {
     this.#services.delete(info.servicePort.key);
     await info.listener.close();
+    await this.#releaseNodePort(info);
     this.#allocator.release(info.proxyPort);
     this.#log.info({ service: info.servicePort.key, proxyPort: info.proxyPort }, 'Closed service port');
   }
@@ -347,6 +446,7 @@ export class Proxier {
     await Promise.all(
       all.map(async (info) => {
         await info.listener.close();
+        await info.nodePortClaim?.listener.close();
         this.#allocator.release(info.proxyPort);
       }),
     );
@@ -360,7 +460,10 @@ export class Proxier {
       this.#allocator.release(info.proxyPort);
     }
     this.#services.clear();
-    for (const info of this.#draining) info.listener.destroy();
+    for (const info of this.#draining) {
+      info.listener.destroy();
+      info.nodePortClaim?.listener.destroy();
+    }
     this.#draining.clear();
   }
 

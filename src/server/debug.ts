@@ -30,8 +30,10 @@ export type DebugServicePort = {
 export function debugServices(
   running: readonly ServicePortStatus[],
   failures: ReadonlyMap<ServicePortKey, ProxyError> = new Map(),
+  nodePortErrors: ReadonlyMap<ServicePortKey, ProxyError> = new Map(),
 ): DebugServicePort[] {
   const out: DebugServicePort[] = running.map(({ servicePort: sp, proxyPort, endpoints, context }) => ({
+    ...errorField(nodePortErrors.get(sp.key)),
     service: sp.name,
     protocol: sp.protocol,
     clusterIP: sp.clusterIPs[0] ?? '',
@@ -74,4 +76,8 @@ export function debugServices(
     a.service < b.service ? -1 : a.service > b.service ? 1 : a.protocol < b.protocol ? -1 : 1,
   );
   return out;
+}
+
+function errorField(err: ProxyError | undefined): { error?: { code: string; message: string } } {
+  return err === undefined ? {} : { error: { code: err.code, message: err.message } };
 }

@@ -1,0 +1,78 @@
+// Which IP the host-side DNAT rules send to: the bind address when one is set, else the address of the
+// interface that carries the default route (as the legacy proxier's ChooseHostInterface), per family.
+// Never loopback. Reading /proc and the interface list is injected so tests can drive it.
+import { readFileSync } from 'node:fs';
+import { type NetworkInterfaceInfo, networkInterfaces } from 'node:os';
+import type { IPFamily } from '../state/service-port.ts';
+
+export type HostInfo = {
+  /** Contents of /proc/net/route and /proc/net/ipv6_route ('' when unreadable). */
+  route4: string;
+  route6: string;
+  interfaces: NodeJS.Dict<NetworkInterfaceInfo[]>;
+};
+
+export function readHostInfo(): HostInfo {
+  const read = (p: string) => {
+    try {
+      return readFileSync(p, 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  return {
+    route4: read('/proc/net/route'),
+    route6: read('/proc/net/ipv6_route'),
+    interfaces: networkInterfaces(),
+  };
+}
+
+/** The interface of the IPv4 default route (destination 00000000, mask 00000000). */
+export function defaultRouteInterface4(route: string): string | undefined {
+  for (const line of route.split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length >= 8 && f[1] === '00000000' && f[7] === '00000000') return f[0];
+  }
+  return undefined;
+}
+
+/** The interface of the IPv6 default route (::/0), skipping the loopback "unreachable" entries. */
+export function defaultRouteInterface6(route: string): string | undefined {
+  for (const line of route.split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (f.length >= 10 && /^0{32}$/.test(f[0]!) && f[1] === '00' && f[9] !== 'lo') return f[9];
+  }
+  return undefined;
+}
+
+function usable(a: NetworkInterfaceInfo, family: IPFamily): boolean {
+  if (a.internal) return false;
+  if (family === 'IPv4') return a.family === 'IPv4';
+  return a.family === 'IPv6' && !a.address.toLowerCase().startsWith('fe80');
+}
+
+/**
+ * The node IP of `family`: the default-route interface's first global address, else the first global
+ * address of any interface; undefined when the host has none (that family is then not programmed).
+ */
+export function chooseHostIP(info: HostInfo, family: IPFamily): string | undefined {
+  const ifname =
+    family === 'IPv4' ? defaultRouteInterface4(info.route4) : defaultRouteInterface6(info.route6);
+  if (ifname !== undefined) {
+    const a = (info.interfaces[ifname] ?? []).find((x) => usable(x, family));
+    if (a) return a.address;
+  }
+  for (const list of Object.values(info.interfaces)) {
+    const a = (list ?? []).find((x) => usable(x, family));
+    if (a) return a.address;
+  }
+  return undefined;
+}
+
+/** Every non-loopback address of the host (NodePorts with --nodeport-addresses match these). */
+export function localAddresses(info: HostInfo): string[] {
+  const out: string[] = [];
+  for (const list of Object.values(info.interfaces))
+    for (const a of list ?? []) if (!a.internal) out.push(a.address);
+  return out;
+}
