@@ -66,7 +66,8 @@ async function main() {
   const results: Record<string, Record<string, number[]>> = { direct: {}, proxy: {} };
   const record = (t: Target, k: string, v: number) => {
     const r = results[t.name]!;
-    (r[k] ??= []).push(v);
+    r[k] ??= [];
+    r[k].push(v);
   };
   for (let round = 0; round < ROUNDS; round++) {
     for (const t of round % 2 === 0 ? [direct, proxied] : [proxied, direct]) {
