@@ -108,6 +108,12 @@ class TcpConnection implements ConnectionInfo {
     if (endpoint === undefined) {
       if (this.attempt === 0) {
         stats.noEndpoints++;
+        const log = this.listener.log;
+        if (log.isLevelEnabled('debug'))
+          log.debug(
+            { service: this.context.name, client: this.clientAddress },
+            'No endpoints, connection closed',
+          );
         this.finish('no-endpoints');
       } else {
         stats.connectFailed++;
