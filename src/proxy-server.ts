@@ -7,7 +7,7 @@ import type { Logger } from './log.ts';
 import { createIptables, type Iptables, run } from './netfilter/iptables.ts';
 import type { FamilyConfig } from './netfilter/netfilter.ts';
 import { Netfilter } from './netfilter/netfilter.ts';
-import { chooseHostIP, type HostInfo, readHostInfo } from './netfilter/node-ip.ts';
+import { chooseHostIP, type HostInfo, nodePortClaimHosts, readHostInfo } from './netfilter/node-ip.ts';
 import { IptablesPortals } from './netfilter/portal-programmer.ts';
 import { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
 import { PortAllocator, parsePortRange } from './proxier/port-allocator.ts';
@@ -21,6 +21,8 @@ import { sendJSON, sendText, startHttpServer } from './server/http.ts';
 import type { ProxyMetrics } from './server/metrics.ts';
 import { createMetrics } from './server/metrics.ts';
 import { ProxyHealth } from './server/proxy-health.ts';
+import { ServiceHealthServer, type ServiceName } from './server/service-health.ts';
+import { KubernetesSource, loadKubeConfig } from './source/kubernetes.ts';
 import { ManifestSource } from './source/manifest.ts';
 import { ProxyState } from './state/proxy-state.ts';
 import type { IPFamily } from './state/service-port.ts';
@@ -65,6 +67,9 @@ export class ProxyServer {
   readonly portals: IptablesPortals | undefined;
   readonly #preferredPorts = new Map<string, number>();
   manifest: ManifestSource | undefined;
+  kubernetes: KubernetesSource | undefined;
+  /** Health check node ports of LoadBalancer services with externalTrafficPolicy: Local. */
+  readonly serviceHealth: ServiceHealthServer;
   healthServer: HttpServer | undefined;
   metricsServer: HttpServer | undefined;
   #closing: Promise<void> | undefined;
@@ -80,8 +85,10 @@ export class ProxyServer {
       warn: (msg, fields) => this.log.child({ component: 'state' }).warn(fields, msg),
       onChange: () => this.#queueSync(),
     });
+    this.serviceHealth = new ServiceHealthServer({ log: this.log.child({ component: 'service-health' }) });
     const allocator = new PortAllocator(parsePortRange(config.proxyPortRange));
     let portals: PortalProgrammer | undefined;
+    let nodePortHosts: (() => string[] | undefined) | undefined;
     if (config.iptables) {
       const iptables = deps.iptables ?? createIptables(run);
       const hostInfo = deps.hostInfo ?? readHostInfo;
@@ -95,6 +102,7 @@ export class ProxyServer {
         hostInfo,
       });
       portals = this.portals;
+      nodePortHosts = () => nodePortClaimHosts(families, hostInfo());
     }
     this.proxier = new Proxier(
       {
@@ -111,6 +119,7 @@ export class ProxyServer {
           maxSessions: config.udpMaxSessions,
         },
         claimNodePorts: config.iptables,
+        nodePortHosts,
       },
       {
         source: this.state,
@@ -157,7 +166,26 @@ export class ProxyServer {
     for (const t of this.proxier.snapshot?.triggerTimes ?? []) {
       if (t <= now) this.metrics.networkProgrammingDuration.observe((now - t) / 1000);
     }
+    await this.#syncServiceHealth();
     if (this.log.isLevelEnabled('debug')) this.log.debug({ ...result }, 'Synced');
+  }
+
+  /** kube-proxy's per-service health check node ports: opened, closed and answered after each sync. */
+  async #syncServiceHealth(): Promise<void> {
+    const snapshot = this.proxier.snapshot;
+    if (snapshot === undefined) return;
+    const ports = new Map<number, ServiceName>();
+    const local = new Map<string, number>();
+    for (const sp of snapshot.servicePorts.values()) {
+      if (sp.healthCheckNodePort === 0) continue;
+      ports.set(sp.healthCheckNodePort, { namespace: sp.namespace, name: sp.serviceName });
+      const key = `${sp.namespace}/${sp.serviceName}`;
+      const count = snapshot.endpoints.get(sp.key)?.localReadyCount ?? 0;
+      local.set(key, Math.max(local.get(key) ?? 0, count));
+    }
+    this.serviceHealth.setProxyHealthy(this.health.isLive(Date.now()));
+    this.serviceHealth.syncEndpoints(local);
+    await this.serviceHealth.syncServices(ports);
   }
 
   /** Starts the servers, the listener for the default IPv6 check, the source and the sync loop. */
@@ -185,10 +213,15 @@ export class ProxyServer {
       );
       await this.manifest.start();
     } else {
-      throw new ProxyError(
-        'KUP_ERR_INVALID_FLAG',
-        'no source: pass --manifest FILE (the Kubernetes source is not available in this build)',
-      );
+      // Nothing is programmed until Services and EndpointSlices are listed; health says not ready until then.
+      this.kubernetes = new KubernetesSource({
+        kubeConfig: loadKubeConfig({ kubeconfig: this.config.kubeconfig, master: this.config.master }),
+        handlers: this.state,
+        nodeName: this.nodeName,
+        log: this.log.child({ component: 'kubernetes' }),
+        configSyncPeriodMs: this.config.configSyncPeriodMs,
+      });
+      await this.kubernetes.start();
     }
     this.runner.start();
   }
@@ -251,6 +284,7 @@ export class ProxyServer {
   close(): Promise<void> {
     this.#closing ??= (async () => {
       await this.manifest?.stop();
+      await this.kubernetes?.stop();
       await this.runner.stop();
       await this.proxier.close();
       const deadline = Date.now() + this.config.shutdownGracePeriodMs;
@@ -259,7 +293,11 @@ export class ProxyServer {
       const left = this.proxier.activeConnections();
       if (left > 0) this.log.warn({ connections: left }, 'Grace period over, closing connections');
       this.proxier.destroy();
-      await Promise.all([this.metricsServer?.close(), this.healthServer?.close()]);
+      await Promise.all([
+        this.metricsServer?.close(),
+        this.healthServer?.close(),
+        this.serviceHealth.close(),
+      ]);
     })();
     return this.#closing;
   }

@@ -1,0 +1,189 @@
+// Per-service health check node ports (kube-proxy's pkg/proxy/healthcheck/service_health.go): one HTTP
+// server per healthCheckNodePort and bind address, answering for its Service on any path. Owns those
+// sockets only; what to serve comes from the proxier through syncServices/syncEndpoints.
+import http from 'node:http';
+import type { Logger } from '../log.ts';
+
+export type ServiceName = { readonly namespace: string; readonly name: string };
+
+/** A listening server; close() stops it and drops its connections. */
+export type HealthListener = { close(): Promise<void> };
+
+/** Opens `handler` on `port` of `host` (undefined = every address); rejects when the port is taken. */
+export type Listen = (
+  port: number,
+  host: string | undefined,
+  handler: http.RequestListener,
+) => Promise<HealthListener>;
+
+export type ServiceHealthServerOptions = {
+  log: Logger;
+  /** How to listen (tests, network namespaces); default: a node:http server. */
+  listen?: Listen;
+  /** Addresses to listen on (kube-proxy: the node IPs matching --nodeport-addresses); default all. */
+  bindAddresses?: readonly string[];
+};
+
+type Instance = {
+  port: number;
+  service: ServiceName;
+  /** By bind address ('' = all). */
+  readonly listeners: Map<string, HealthListener>;
+  /** The last listen error per address, so that a port that stays taken is warned about once. */
+  readonly failures: Map<string, string>;
+};
+
+/**
+ * The health check node port servers. A Service answers 200 when it has local ready endpoints and the
+ * proxy is healthy, else 503, with the count in `X-Load-Balancing-Endpoint-Weight`, so that cloud load
+ * balancers send traffic only to nodes that can serve it (externalTrafficPolicy: Local).
+ */
+export class ServiceHealthServer {
+  readonly #log: Logger;
+  readonly #listen: Listen;
+  readonly #hosts: readonly (string | undefined)[];
+  readonly #instances = new Map<number, Instance>();
+  #endpoints: ReadonlyMap<string, number> = new Map();
+  #proxyHealthy = true;
+  #queue: Promise<void> = Promise.resolve();
+  #closed = false;
+
+  constructor(options: ServiceHealthServerOptions) {
+    this.#log = options.log;
+    this.#listen = options.listen ?? listenHttp;
+    const addresses = options.bindAddresses ?? [];
+    this.#hosts = addresses.length > 0 ? [...addresses] : [undefined];
+  }
+
+  /**
+   * Makes the servers match `ports` (healthCheckNodePort → Service): closes those no longer wanted,
+   * opens new ones, and retries any that failed to listen before. Resolves when done; never rejects.
+   * Calls run one after another.
+   */
+  syncServices(ports: ReadonlyMap<number, ServiceName>): Promise<void> {
+    const wanted = new Map(ports);
+    this.#queue = this.#queue.then(() => this.#sync(wanted));
+    return this.#queue;
+  }
+
+  /** Local ready endpoint counts by `namespace/name`; a Service not in the map has none. */
+  syncEndpoints(localEndpoints: ReadonlyMap<string, number>): void {
+    this.#endpoints = new Map(localEndpoints);
+  }
+
+  /** The proxy's own health (its healthz); while false every Service answers 503. Initially true. */
+  setProxyHealthy(healthy: boolean): void {
+    this.#proxyHealthy = healthy;
+  }
+
+  /** Ports with at least one listening server (tests, debug). */
+  get listeningPorts(): number[] {
+    return [...this.#instances.values()].filter((i) => i.listeners.size > 0).map((i) => i.port);
+  }
+
+  /** Closes every server. Idempotent; later syncs do nothing. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#queue;
+    const all = [...this.#instances.values()];
+    this.#instances.clear();
+    await Promise.all(all.map((i) => this.#closeInstance(i)));
+  }
+
+  async #sync(wanted: Map<number, ServiceName>): Promise<void> {
+    if (this.#closed) return;
+    const gone = [...this.#instances.values()].filter((i) => !wanted.has(i.port));
+    for (const i of gone) this.#instances.delete(i.port);
+    await Promise.all(gone.map((i) => this.#closeInstance(i)));
+    const opening: Promise<void>[] = [];
+    for (const [port, service] of wanted) {
+      let instance = this.#instances.get(port);
+      if (instance === undefined) {
+        instance = { port, service, listeners: new Map(), failures: new Map() };
+        this.#instances.set(port, instance);
+      }
+      // Another Service may now own the port: the handler reads the name at request time.
+      instance.service = { namespace: service.namespace, name: service.name };
+      for (const host of this.#hosts) {
+        if (!instance.listeners.has(host ?? '')) opening.push(this.#open(instance, host));
+      }
+    }
+    await Promise.all(opening);
+  }
+
+  async #open(instance: Instance, host: string | undefined): Promise<void> {
+    const address = host ?? '';
+    const fields = { service: nameOf(instance.service), port: instance.port, address: host ?? '*' };
+    try {
+      const listener = await this.#listen(instance.port, host, (req, res) =>
+        this.#respond(instance, req, res),
+      );
+      if (this.#closed || this.#instances.get(instance.port) !== instance) {
+        await listener.close();
+        return;
+      }
+      instance.listeners.set(address, listener);
+      instance.failures.delete(address);
+      this.#log.info(fields, 'Opened service health check');
+    } catch (err) {
+      // kube-proxy's FailedToStartServiceHealthcheck; retried at the next sync.
+      const message = (err as Error).message;
+      const level = instance.failures.get(address) === message ? 'debug' : 'warn';
+      instance.failures.set(address, message);
+      this.#log[level]({ ...fields, err }, 'Failed to start service health check, retrying at the next sync');
+    }
+  }
+
+  async #closeInstance(instance: Instance): Promise<void> {
+    const listeners = [...instance.listeners.values()];
+    instance.listeners.clear();
+    await Promise.all(listeners.map((l) => l.close().catch(() => {})));
+    if (listeners.length > 0) {
+      this.#log.info(
+        { service: nameOf(instance.service), port: instance.port },
+        'Closed service health check',
+      );
+    }
+  }
+
+  #respond(instance: Instance, req: http.IncomingMessage, res: http.ServerResponse): void {
+    req.resume();
+    const { namespace, name } = instance.service;
+    const count = this.#endpoints.get(nameOf(instance.service)) ?? 0;
+    const healthy = this.#proxyHealthy;
+    const body = JSON.stringify({
+      service: { namespace, name },
+      localEndpoints: count,
+      serviceProxyHealthy: healthy,
+    });
+    res.writeHead(count > 0 && healthy ? 200 : 503, {
+      'Content-Type': 'application/json',
+      'X-Content-Type-Options': 'nosniff',
+      'X-Load-Balancing-Endpoint-Weight': String(count),
+      'Content-Length': Buffer.byteLength(body),
+    });
+    res.end(body);
+  }
+}
+
+function nameOf(service: ServiceName): string {
+  return `${service.namespace}/${service.name}`;
+}
+
+/** The default Listen: a node:http server on host:port. */
+export const listenHttp: Listen = (port, host, handler) =>
+  new Promise((resolve, reject) => {
+    const server = http.createServer(handler);
+    server.keepAliveTimeout = 5000;
+    server.once('error', reject);
+    server.listen({ port, host }, () => {
+      server.off('error', reject);
+      resolve({
+        close: () =>
+          new Promise<void>((done) => {
+            server.close(() => done());
+            server.closeAllConnections();
+          }),
+      });
+    });
+  });
