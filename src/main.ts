@@ -1,6 +1,7 @@
 // The command-line entry: flags → Config → ProxyServer; signals; exit codes. Nothing else.
 import { hostname } from 'node:os';
 import { logLevel } from './config/config.ts';
+import { writeConfigFile } from './config/file.ts';
 import { parseArgs } from './config/flags.ts';
 import { isProxyError } from './errors.ts';
 import type { Logger } from './log.ts';
@@ -51,7 +52,17 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const config = parsed.config;
+  if (parsed.writeConfigTo !== undefined) {
+    try {
+      await writeConfigFile(parsed.writeConfigTo, config);
+      return 0;
+    } catch (err) {
+      process.stderr.write(`kube-userspace-proxy: ${(err as Error).message}\n`);
+      return 1;
+    }
+  }
   const log = createLogger({ level: logLevel(config.verbosity), format: config.logFormat });
+  for (const warning of parsed.warnings) log.warn(warning);
   if (config.cleanup) return cleanup(log);
   const server = new ProxyServer(config, { log, hostname: hostname() });
   let stopping = false;

@@ -23,6 +23,21 @@ export type Config = {
   nodePortAddresses: string[];
   cleanup: boolean;
   oomScoreAdj: number;
+  /** --conntrack-max-per-core: accepted and checked, not applied (0 = leave nf_conntrack_max as it is). */
+  conntrackMaxPerCore: number;
+  /** --conntrack-min: accepted and checked, not applied. */
+  conntrackMin: number;
+  /** --conntrack-tcp-timeout-established: accepted and checked, not applied (0 = leave as it is). */
+  conntrackTcpEstablishedTimeoutMs: number;
+  /** --conntrack-tcp-timeout-close-wait: accepted and checked, not applied (0 = leave as it is). */
+  conntrackTcpCloseWaitTimeoutMs: number;
+  /** --kube-api-qps / --kube-api-burst: the API client's request rate (clientConnection.qps/burst). */
+  kubeApiQps: number;
+  kubeApiBurst: number;
+  /** --kube-api-content-type: what the API client asks for (client-node speaks JSON whatever this says). */
+  kubeApiContentType: string;
+  /** --profiling (enableProfiling): accepted; Node has no pprof, so nothing is served for it. */
+  profiling: boolean;
   /** --no-iptables: listen only, program nothing. */
   iptables: boolean;
   /** klog-style verbosity: 0 info, 2 debug, 4+ trace. */
@@ -56,6 +71,16 @@ export const DEFAULT_CONFIG: Config = {
   nodePortAddresses: [],
   cleanup: false,
   oomScoreAdj: -999,
+  // kube-proxy's defaults are 32768/131072/24h/1h; this proxy changes no conntrack sysctl, so its
+  // defaults say so with kube-proxy's own "leave as it is" value.
+  conntrackMaxPerCore: 0,
+  conntrackMin: 0,
+  conntrackTcpEstablishedTimeoutMs: 0,
+  conntrackTcpCloseWaitTimeoutMs: 0,
+  kubeApiQps: 5,
+  kubeApiBurst: 10,
+  kubeApiContentType: 'application/vnd.kubernetes.protobuf',
+  profiling: false,
   iptables: true,
   verbosity: 0,
   tcpIdleTimeoutMs: 0,

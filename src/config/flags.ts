@@ -1,42 +1,93 @@
-// Command-line flags → Config, with kube-proxy's names and defaults. Every value is checked here, so a
-// bad flag exits with one clear message before anything starts.
+// Command-line flags (+ the --config file) → Config, with kube-proxy's names and defaults. Every value is
+// checked here, so a bad flag or field exits with one clear message before anything starts.
+// Precedence: defaults < --config file < flags given on the command line.
 import yargs from 'yargs';
+import type { ErrorCode } from '../errors.ts';
 import { ProxyError } from '../errors.ts';
-import { parsePortRange } from '../proxier/port-allocator.ts';
 import type { Config } from './config.ts';
 import { DEFAULT_CONFIG } from './config.ts';
-import { formatDuration, isValidCIDR, isValidIP, parseDuration, parseHostPort } from './validate.ts';
+import { loadConfigFile } from './file.ts';
+import type { ValueSource } from './validate.ts';
+import {
+  CONTENT_TYPES,
+  checkBindAddress,
+  checkCIDRs,
+  checkContentType,
+  checkDuration,
+  checkHostPort,
+  checkInt,
+  checkNonNegative,
+  checkPortRange,
+  checkProxyMode,
+  formatDuration,
+} from './validate.ts';
 
-export type ParsedArgs = { config: Config; help?: string; version?: boolean };
+export type ParsedArgs = {
+  config: Config;
+  help?: string;
+  version?: boolean;
+  /** --config: the KubeProxyConfiguration file that was read. */
+  configFile?: string;
+  /** --write-config-to: the caller writes `config` there (writeConfigFile) and exits 0. */
+  writeConfigTo?: string;
+  /** To log once at start (warn): ignored file fields and flags, settings accepted but not applied. */
+  warnings: string[];
+};
 
-function fail(message: string): never {
-  throw new ProxyError('KUP_ERR_INVALID_FLAG', message);
-}
+/** kube-proxy flags that mean nothing for the userspace proxy: accepted (hidden), warned about, ignored. */
+const IGNORED_FLAGS: Readonly<Record<string, 'string' | 'boolean'>> = {
+  'cluster-cidr': 'string',
+  'masquerade-all': 'boolean',
+  'iptables-masquerade-bit': 'string',
+  'iptables-localhost-nodeports': 'boolean',
+  'feature-gates': 'string',
+  'detect-local-mode': 'string',
+  'pod-bridge-interface': 'string',
+  'pod-interface-name-prefix': 'string',
+  'show-hidden-metrics-for-version': 'string',
+  'conntrack-tcp-be-liberal': 'boolean',
+  'conntrack-udp-timeout': 'string',
+  'conntrack-udp-timeout-stream': 'string',
+  'ipvs-scheduler': 'string',
+  'ipvs-sync-period': 'string',
+  'ipvs-min-sync-period': 'string',
+  'ipvs-exclude-cidrs': 'string',
+  'ipvs-strict-arp': 'boolean',
+  'ipvs-tcp-timeout': 'string',
+  'ipvs-tcpfin-timeout': 'string',
+  'ipvs-udp-timeout': 'string',
+};
 
-function duration(flag: string, value: string, options: { min?: number; positive?: boolean } = {}): number {
-  const ms = parseDuration(value);
-  if (ms === undefined) fail(`invalid --${flag} "${value}": expected a duration such as 250ms, 30s or 15m`);
-  if (options.positive && ms <= 0) fail(`invalid --${flag} "${value}": must be greater than 0`);
-  return ms;
-}
+const flag = (name: string): ValueSource => ({ code: 'KUP_ERR_INVALID_FLAG', name: `--${name}` });
 
-function hostPort(flag: string, value: string): string {
-  if (value === '') return '';
-  if (parseHostPort(value) === undefined)
-    fail(`invalid --${flag} "${value}": expected IP:port (e.g. 0.0.0.0:10256) or "" to disable`);
-  return value;
-}
-
-/** The yargs parser; shared by `parseArgs` and `--help`. */
+/**
+ * The yargs parser; shared by `parseArgs` and `--help`. Options carry no yargs default (help shows it)
+ * so that a flag left out is undefined and the config file's value can stand.
+ */
 export function buildParser(argv: string[]) {
   const d = DEFAULT_CONFIG;
-  return yargs(argv)
+  const dur = formatDuration;
+  let parser = yargs(argv)
     .scriptName('kube-userspace-proxy')
     .usage(
       '$0 [flags]\n\nKubernetes userspace kube-proxy: per-service-port listeners, iptables portals, round robin with ClientIP affinity.',
     )
     .strict()
-    .parserConfiguration({ 'camel-case-expansion': false, 'boolean-negation': false })
+    .parserConfiguration({
+      'camel-case-expansion': false,
+      'boolean-negation': false,
+      // A flag given twice: the last one wins, as with kube-proxy's pflag.
+      'duplicate-arguments-array': false,
+    })
+    .option('config', {
+      type: 'string',
+      describe:
+        'A KubeProxyConfiguration file (YAML or JSON); flags given on the command line override its fields',
+    })
+    .option('write-config-to', {
+      type: 'string',
+      describe: 'Write the effective configuration as a KubeProxyConfiguration to this file, then exit',
+    })
     .option('manifest', {
       type: 'string',
       describe:
@@ -50,106 +101,168 @@ export function buildParser(argv: string[]) {
       type: 'string',
       describe: 'The address of the Kubernetes API server (overrides the kubeconfig)',
     })
+    .option('proxy-mode', {
+      type: 'string',
+      defaultDescription: 'userspace',
+      describe: 'Only "userspace" (or "") is accepted: it is the only mode this proxy has',
+    })
     .option('hostname-override', {
       type: 'string',
-      default: d.hostnameOverride,
-      describe: "This node's name (default: the hostname)",
+      defaultDescription: 'the hostname',
+      describe: "This node's name",
     })
     .option('bind-address', {
       type: 'string',
-      default: d.bindAddress,
+      defaultDescription: d.bindAddress,
       describe: 'IP the proxy listeners bind; 0.0.0.0 = all (dual-stack)',
     })
     .option('proxy-port-range', {
       type: 'string',
-      default: d.proxyPortRange,
+      defaultDescription: '""',
       describe: 'Ports for proxy listeners: "" (kernel-chosen), N, A-B or A+N',
     })
     .option('udp-timeout', {
       type: 'string',
-      default: formatDuration(d.udpTimeoutMs),
+      defaultDescription: dur(d.udpTimeoutMs),
       describe: 'How long an idle UDP session stays open',
     })
     .option('udp-max-sessions', {
       type: 'number',
-      default: d.udpMaxSessions,
+      defaultDescription: String(d.udpMaxSessions),
       describe: 'UDP sessions per service port before the idlest is evicted',
     })
     .option('iptables-sync-period', {
       type: 'string',
-      default: formatDuration(d.iptablesSyncPeriodMs),
+      defaultDescription: dur(d.iptablesSyncPeriodMs),
       describe: 'Maximum interval between full syncs (rules repaired)',
     })
     .option('iptables-min-sync-period', {
       type: 'string',
-      default: formatDuration(d.iptablesMinSyncPeriodMs),
+      defaultDescription: dur(d.iptablesMinSyncPeriodMs),
       describe: 'Minimum interval between syncs',
     })
     .option('config-sync-period', {
       type: 'string',
-      default: formatDuration(d.configSyncPeriodMs),
+      defaultDescription: dur(d.configSyncPeriodMs),
       describe: 'How often the API objects are relisted in full',
     })
     .option('healthz-bind-address', {
       type: 'string',
-      default: d.healthzBindAddress,
-      describe: 'IP:port of the health server; "" disables',
+      defaultDescription: d.healthzBindAddress,
+      describe: 'IP:port of the health server ([::]:10256 when --bind-address is IPv6); "" disables',
     })
     .option('metrics-bind-address', {
       type: 'string',
-      default: d.metricsBindAddress,
-      describe: 'IP:port of the metrics and debug server; "" disables',
+      defaultDescription: d.metricsBindAddress,
+      describe:
+        'IP:port of the metrics and debug server ([::1]:10249 when --bind-address is IPv6); "" disables',
     })
     .option('bind-address-hard-fail', {
       type: 'boolean',
-      default: d.bindAddressHardFail,
+      defaultDescription: String(d.bindAddressHardFail),
       describe: 'Exit if the health or metrics server cannot bind',
     })
     .option('nodeport-addresses', {
       type: 'string',
-      default: '',
+      defaultDescription: '""',
       describe: 'Comma-separated CIDRs: NodePorts answer only on local addresses in them ("" = all)',
     })
     .option('cleanup', {
       type: 'boolean',
-      default: false,
+      defaultDescription: 'false',
       describe: 'Remove every iptables rule and chain this proxy writes, then exit',
     })
     .option('oom-score-adj', {
       type: 'number',
-      default: d.oomScoreAdj,
+      defaultDescription: String(d.oomScoreAdj),
       describe: 'oom_score_adj for this process, in [-1000, 1000]',
+    })
+    .option('conntrack-max-per-core', {
+      type: 'number',
+      defaultDescription: '0 (leave as is)',
+      describe: 'Accepted and checked, not applied: this proxy changes no conntrack sysctl',
+    })
+    .option('conntrack-min', {
+      type: 'number',
+      defaultDescription: '0',
+      describe: 'Accepted and checked, not applied (see --conntrack-max-per-core)',
+    })
+    .option('conntrack-tcp-timeout-established', {
+      type: 'string',
+      defaultDescription: '0s (leave as is)',
+      describe: 'Accepted and checked, not applied (see --conntrack-max-per-core)',
+    })
+    .option('conntrack-tcp-timeout-close-wait', {
+      type: 'string',
+      defaultDescription: '0s (leave as is)',
+      describe: 'Accepted and checked, not applied (see --conntrack-max-per-core)',
+    })
+    .option('kube-api-qps', {
+      type: 'number',
+      defaultDescription: String(d.kubeApiQps),
+      describe:
+        'Accepted and checked, not applied: the API client has no rate limiter (it lists and watches)',
+    })
+    .option('kube-api-burst', {
+      type: 'number',
+      defaultDescription: String(d.kubeApiBurst),
+      describe: 'Accepted and checked, not applied (see --kube-api-qps)',
+    })
+    .option('kube-api-content-type', {
+      type: 'string',
+      defaultDescription: d.kubeApiContentType,
+      describe: `Accepted (${CONTENT_TYPES.join(' or ')}); the client speaks JSON either way`,
+    })
+    .option('profiling', {
+      type: 'boolean',
+      defaultDescription: 'false',
+      describe: 'Accepted; Node has no pprof (use node --cpu-prof or --inspect instead)',
     })
     .option('no-iptables', {
       type: 'boolean',
       default: false,
       describe: 'Listen only; program no iptables rules (services are reached on their proxy ports)',
     })
+    .option('trace', {
+      choices: ['none', 'connections', 'protocols'] as const,
+      defaultDescription: d.trace,
+      describe: 'none; connections (the connection table); protocols (also sniff the first bytes)',
+    })
     .option('tcp-idle-timeout', {
       type: 'string',
-      default: formatDuration(d.tcpIdleTimeoutMs),
+      defaultDescription: dur(d.tcpIdleTimeoutMs),
       describe: 'Close TCP connections idle this long; 0 = never',
     })
     .option('tcp-half-close-timeout', {
       type: 'string',
-      default: formatDuration(d.tcpHalfCloseTimeoutMs),
+      defaultDescription: dur(d.tcpHalfCloseTimeoutMs),
       describe: 'Close a half-closed TCP connection after this long without traffic',
     })
     .option('shutdown-grace-period', {
       type: 'string',
-      default: formatDuration(d.shutdownGracePeriodMs),
+      defaultDescription: dur(d.shutdownGracePeriodMs),
       describe: 'How long SIGTERM waits for connections to finish',
     })
     .option('log-format', {
       choices: ['json', 'text'] as const,
-      default: d.logFormat,
+      defaultDescription: d.logFormat,
       describe: 'json: one JSON object a line; text: readable lines',
     })
     .option('v', {
       type: 'number',
-      default: d.verbosity,
+      defaultDescription: String(d.verbosity),
       describe: 'Log verbosity (0 info, 2 debug, 4 trace)',
-    })
+    });
+  for (const [name, type] of Object.entries(IGNORED_FLAGS))
+    parser = parser.option(name, { type, hidden: true });
+  return parser
+    .epilogue(
+      `Accepted for kube-proxy compatibility and ignored (they do not apply to the userspace mode): ${Object.keys(
+        IGNORED_FLAGS,
+      )
+        .map((f) => `--${f}`)
+        .join(', ')}.`,
+    )
     .version(false)
     .help(false)
     .option('help', { type: 'boolean', alias: 'h', describe: 'Show this help' })
@@ -160,71 +273,146 @@ export function buildParser(argv: string[]) {
     });
 }
 
-/** Parses and validates argv (without the node and script paths). Throws KUP_ERR_INVALID_FLAG. */
+type Args = Awaited<ReturnType<ReturnType<typeof buildParser>['parseAsync']>>;
+
+/** The Config fields the command line sets, each checked; flags left out are absent. */
+function fromFlags(a: Args): Partial<Config> {
+  const c: Partial<Config> = {};
+  const duration = (name: string, options: { positive?: boolean } = {}) => {
+    const v = a[name] as string | undefined;
+    return v === undefined ? undefined : checkDuration(v, flag(name), options);
+  };
+  const put = <K extends keyof Config>(key: K, value: Config[K] | undefined) => {
+    if (value !== undefined) c[key] = value;
+  };
+  put('manifest', a.manifest);
+  put('kubeconfig', a.kubeconfig);
+  put('master', a.master);
+  if (a['proxy-mode'] !== undefined) checkProxyMode(a['proxy-mode'], flag('proxy-mode'));
+  put('hostnameOverride', a['hostname-override']?.trim().toLowerCase());
+  if (a['bind-address'] !== undefined)
+    put('bindAddress', checkBindAddress(a['bind-address'], flag('bind-address')));
+  if (a['proxy-port-range'] !== undefined)
+    put('proxyPortRange', checkPortRange(a['proxy-port-range'], flag('proxy-port-range')));
+  put('udpTimeoutMs', duration('udp-timeout', { positive: true }));
+  if (a['udp-max-sessions'] !== undefined)
+    put(
+      'udpMaxSessions',
+      checkInt(a['udp-max-sessions'], flag('udp-max-sessions'), 1, Number.MAX_SAFE_INTEGER),
+    );
+  put('iptablesSyncPeriodMs', duration('iptables-sync-period', { positive: true }));
+  put('iptablesMinSyncPeriodMs', duration('iptables-min-sync-period'));
+  put('configSyncPeriodMs', duration('config-sync-period', { positive: true }));
+  const hostPort = (name: string, port: number) => {
+    const v = a[name] as string | undefined;
+    return v === undefined ? undefined : checkHostPort(v, flag(name), port);
+  };
+  put('healthzBindAddress', hostPort('healthz-bind-address', 10256));
+  put('metricsBindAddress', hostPort('metrics-bind-address', 10249));
+  put('bindAddressHardFail', a['bind-address-hard-fail']);
+  if (a['nodeport-addresses'] !== undefined)
+    put('nodePortAddresses', checkCIDRs(a['nodeport-addresses'].split(','), flag('nodeport-addresses')));
+  put('cleanup', a.cleanup);
+  if (a['oom-score-adj'] !== undefined)
+    put('oomScoreAdj', checkInt(a['oom-score-adj'], flag('oom-score-adj'), -1000, 1000));
+  const int32 = (name: string) => {
+    const v = a[name] as number | undefined;
+    return v === undefined ? undefined : checkInt(v, flag(name), 0, 2 ** 31 - 1);
+  };
+  put('conntrackMaxPerCore', int32('conntrack-max-per-core'));
+  put('conntrackMin', int32('conntrack-min'));
+  put('conntrackTcpEstablishedTimeoutMs', duration('conntrack-tcp-timeout-established'));
+  put('conntrackTcpCloseWaitTimeoutMs', duration('conntrack-tcp-timeout-close-wait'));
+  if (a['kube-api-qps'] !== undefined)
+    put('kubeApiQps', checkNonNegative(a['kube-api-qps'], flag('kube-api-qps')));
+  put('kubeApiBurst', int32('kube-api-burst'));
+  if (a['kube-api-content-type'] !== undefined)
+    put('kubeApiContentType', checkContentType(a['kube-api-content-type'], flag('kube-api-content-type')));
+  put('profiling', a.profiling);
+  if (a['no-iptables']) put('iptables', false);
+  put('trace', a.trace);
+  put('tcpIdleTimeoutMs', duration('tcp-idle-timeout'));
+  put('tcpHalfCloseTimeoutMs', duration('tcp-half-close-timeout'));
+  put('shutdownGracePeriodMs', duration('shutdown-grace-period'));
+  put('logFormat', a['log-format']);
+  if (a.v !== undefined) put('verbosity', checkInt(a.v, flag('v'), 0, Number.MAX_SAFE_INTEGER));
+  return c;
+}
+
+/** Parses and validates argv (without the node and script paths) and the --config file it names.
+ * Throws KUP_ERR_INVALID_FLAG for a bad flag, KUP_ERR_CONFIG_FILE for a bad file. */
 export async function parseArgs(argv: string[]): Promise<ParsedArgs> {
   const parser = buildParser(argv);
   const a = await parser.parseAsync();
-  if (a.help) return { config: DEFAULT_CONFIG, help: await parser.getHelp() };
-  if (a.version) return { config: DEFAULT_CONFIG, version: true };
-  if (a._.length > 0) fail(`unexpected argument "${a._[0]}"`);
+  if (a.help) return { config: DEFAULT_CONFIG, help: await parser.getHelp(), warnings: [] };
+  if (a.version) return { config: DEFAULT_CONFIG, version: true, warnings: [] };
+  if (a._.length > 0) throw new ProxyError('KUP_ERR_INVALID_FLAG', `unexpected argument "${a._[0]}"`);
 
-  const bindAddress = a['bind-address'];
-  if (!isValidIP(bindAddress)) fail(`invalid --bind-address "${bindAddress}": not an IP address`);
-  if (bindAddress === '127.0.0.1' || bindAddress === '::1')
-    fail('invalid --bind-address: cannot proxy on localhost (iptables DNAT to loopback does not work)');
-  try {
-    parsePortRange(a['proxy-port-range']);
-  } catch (err) {
-    fail((err as Error).message);
-  }
-  const syncPeriod = duration('iptables-sync-period', a['iptables-sync-period'], { positive: true });
-  const minSyncPeriod = duration('iptables-min-sync-period', a['iptables-min-sync-period']);
-  if (minSyncPeriod > syncPeriod)
-    fail(
-      `--iptables-min-sync-period (${a['iptables-min-sync-period']}) must not exceed --iptables-sync-period (${a['iptables-sync-period']})`,
+  const flags = fromFlags(a);
+  const warnings: string[] = [];
+  const file = a.config === undefined ? undefined : await loadConfigFile(a.config);
+  if (file !== undefined && file.ignored.length > 0)
+    warnings.push(
+      `Ignored fields of ${a.config} that do not apply to the userspace proxy: ${file.ignored.join(', ')}`,
     );
-  const nodePortAddresses = a['nodeport-addresses']
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s !== '');
-  for (const cidr of nodePortAddresses)
-    if (!isValidCIDR(cidr)) fail(`invalid --nodeport-addresses entry "${cidr}": not a CIDR`);
-  const oom = a['oom-score-adj'];
-  if (!Number.isInteger(oom) || oom < -1000 || oom > 1000)
-    fail(`invalid --oom-score-adj ${oom}: must be an integer in [-1000, 1000]`);
-  const maxSessions = a['udp-max-sessions'];
-  if (!Number.isInteger(maxSessions) || maxSessions < 1)
-    fail(`invalid --udp-max-sessions ${maxSessions}: must be a positive integer`);
-  const v = a.v;
-  if (!Number.isInteger(v) || v < 0) fail(`invalid --v ${v}: must be a non-negative integer`);
-  if (a.manifest !== undefined && (a.kubeconfig !== undefined || a.master !== undefined)) {
-    fail('--manifest cannot be combined with --kubeconfig or --master: pick one source');
-  }
-  const config: Config = {
-    manifest: a.manifest,
-    kubeconfig: a.kubeconfig,
-    master: a.master,
-    hostnameOverride: a['hostname-override'].trim().toLowerCase(),
-    bindAddress,
-    proxyPortRange: a['proxy-port-range'],
-    udpTimeoutMs: duration('udp-timeout', a['udp-timeout'], { positive: true }),
-    udpMaxSessions: maxSessions,
-    iptablesSyncPeriodMs: syncPeriod,
-    iptablesMinSyncPeriodMs: minSyncPeriod,
-    configSyncPeriodMs: duration('config-sync-period', a['config-sync-period'], { positive: true }),
-    healthzBindAddress: hostPort('healthz-bind-address', a['healthz-bind-address']),
-    metricsBindAddress: hostPort('metrics-bind-address', a['metrics-bind-address']),
-    bindAddressHardFail: a['bind-address-hard-fail'],
-    nodePortAddresses,
-    cleanup: a.cleanup,
-    oomScoreAdj: oom,
-    iptables: !a['no-iptables'],
-    verbosity: v,
-    tcpIdleTimeoutMs: duration('tcp-idle-timeout', a['tcp-idle-timeout']),
-    tcpHalfCloseTimeoutMs: duration('tcp-half-close-timeout', a['tcp-half-close-timeout']),
-    shutdownGracePeriodMs: duration('shutdown-grace-period', a['shutdown-grace-period']),
-    trace: DEFAULT_CONFIG.trace,
-    logFormat: a['log-format'],
+  const config: Config = { ...DEFAULT_CONFIG, ...file?.config, ...flags };
+
+  // Where a value came from, for a message about two of them.
+  const origin = (key: keyof Config, flagName: string, field: string) =>
+    key in flags
+      ? { flag: true, name: `--${flagName}` }
+      : file !== undefined && key in file.config
+        ? { flag: false, name: `${field} in ${a.config}` }
+        : { flag: false, name: `--${flagName}` };
+  const conflict = (involved: { flag: boolean }[], message: string): never => {
+    const code: ErrorCode =
+      file !== undefined && !involved.some((o) => o.flag) ? 'KUP_ERR_CONFIG_FILE' : 'KUP_ERR_INVALID_FLAG';
+    throw new ProxyError(code, message);
   };
-  return { config };
+  if (config.iptablesMinSyncPeriodMs > config.iptablesSyncPeriodMs) {
+    const min = origin('iptablesMinSyncPeriodMs', 'iptables-min-sync-period', 'iptables.minSyncPeriod');
+    const max = origin('iptablesSyncPeriodMs', 'iptables-sync-period', 'iptables.syncPeriod');
+    conflict(
+      [min, max],
+      `${min.name} (${formatDuration(config.iptablesMinSyncPeriodMs)}) must not exceed ${max.name} (${formatDuration(config.iptablesSyncPeriodMs)})`,
+    );
+  }
+  if (config.manifest !== undefined && (config.kubeconfig !== undefined || config.master !== undefined)) {
+    const other =
+      config.master !== undefined
+        ? origin('master', 'master', 'master')
+        : origin('kubeconfig', 'kubeconfig', 'clientConnection.kubeconfig');
+    conflict([{ flag: true }], `--manifest cannot be combined with ${other.name}: pick one source`);
+  }
+  // kube-proxy's defaults follow the family of bindAddress.
+  if (config.bindAddress.includes(':')) {
+    if (!('healthzBindAddress' in flags) && !file?.config.healthzBindAddress)
+      config.healthzBindAddress = '[::]:10256';
+    if (!('metricsBindAddress' in flags) && !file?.config.metricsBindAddress)
+      config.metricsBindAddress = '[::1]:10249';
+  }
+
+  const ignoredFlags = Object.keys(IGNORED_FLAGS).filter((f) => a[f] !== undefined);
+  if (ignoredFlags.length > 0)
+    warnings.push(
+      `Ignored flags that do not apply to the userspace proxy: ${ignoredFlags.map((f) => `--${f}`).join(', ')}`,
+    );
+  const conntrack = [
+    config.conntrackMaxPerCore !== 0 && `maxPerCore=${config.conntrackMaxPerCore}`,
+    config.conntrackMin !== 0 && `min=${config.conntrackMin}`,
+    config.conntrackTcpEstablishedTimeoutMs !== 0 &&
+      `tcpEstablishedTimeout=${formatDuration(config.conntrackTcpEstablishedTimeoutMs)}`,
+    config.conntrackTcpCloseWaitTimeoutMs !== 0 &&
+      `tcpCloseWaitTimeout=${formatDuration(config.conntrackTcpCloseWaitTimeoutMs)}`,
+  ].filter((s) => s !== false);
+  if (conntrack.length > 0)
+    warnings.push(
+      `Conntrack settings are not applied (this proxy changes no conntrack sysctl): ${conntrack.join(', ')}`,
+    );
+  if (config.profiling) warnings.push('Profiling is not available (Node has no pprof): use node --cpu-prof');
+
+  const parsed: ParsedArgs = { config, warnings };
+  if (a.config !== undefined) parsed.configFile = a.config;
+  if (a['write-config-to'] !== undefined) parsed.writeConfigTo = a['write-config-to'];
+  return parsed;
 }

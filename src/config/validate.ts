@@ -1,5 +1,9 @@
-// Pure parsers and checks for flag and config values (Go durations, IPs, host:port, CIDRs).
-import { isValidIP } from '../source/validate.ts';
+// Pure parsers and checks for flag and config-file values (Go durations, IPs, host:port, CIDRs). A bad
+// value throws one ProxyError naming the flag or field it came from.
+import type { ErrorCode } from '../errors.ts';
+import { ProxyError } from '../errors.ts';
+import { parsePortRange } from '../proxier/port-allocator.ts';
+import { isValidCIDR, isValidIP } from '../source/validate.ts';
 
 export { isValidCIDR, isValidIP } from '../source/validate.ts';
 
@@ -48,4 +52,104 @@ export function parseHostPort(text: string): { host: string; port: number } | un
   if (port > 65535) return undefined;
   if (host !== '' && !isValidIP(host)) return undefined;
   return { host: host === '' ? '0.0.0.0' : host, port };
+}
+
+/**
+ * Where a value came from, so a bad one gets one message naming it: a flag (`--udp-timeout`,
+ * KUP_ERR_INVALID_FLAG) or a config file field (`udpIdleTimeout` in `file`, KUP_ERR_CONFIG_FILE).
+ */
+export type ValueSource = { readonly code: ErrorCode; readonly name: string; readonly file?: string };
+
+/** Throws the one error for a bad value: `[file: ]invalid NAME "value": why`. */
+export function invalidValue(at: ValueSource, value: unknown, why: string): never {
+  const where = at.file === undefined ? '' : `config file ${at.file}: `;
+  throw new ProxyError(at.code, `${where}invalid ${at.name} ${JSON.stringify(value)}: ${why}`);
+}
+
+/** A Go duration in milliseconds; `positive` rejects 0. */
+export function checkDuration(value: string, at: ValueSource, options: { positive?: boolean } = {}): number {
+  const ms = parseDuration(value);
+  if (ms === undefined) invalidValue(at, value, 'expected a duration such as 250ms, 30s or 15m');
+  if (options.positive && ms <= 0) invalidValue(at, value, 'must be greater than 0');
+  return ms;
+}
+
+/** The listeners' IP: any IP but loopback (DNAT to loopback does not work). */
+export function checkBindAddress(value: string, at: ValueSource): string {
+  if (!isValidIP(value)) invalidValue(at, value, 'not an IP address');
+  if (value === '127.0.0.1' || value === '::1')
+    invalidValue(at, value, 'cannot proxy on localhost (iptables DNAT to loopback does not work)');
+  return value;
+}
+
+/** `""`, `N`, `A-B` or `A+N` (see parsePortRange). */
+export function checkPortRange(value: string, at: ValueSource): string {
+  try {
+    parsePortRange(value);
+  } catch (err) {
+    invalidValue(at, value, (err as Error).message.replace(/^invalid --proxy-port-range "[^"]*": /, ''));
+  }
+  return value;
+}
+
+/**
+ * A server address: `""` disables; `IP:port` or `[IPv6]:port`; a bare IP gets `defaultPort` appended
+ * (kube-proxy's AppendPortIfNeeded).
+ */
+export function checkHostPort(value: string, at: ValueSource, defaultPort: number): string {
+  const v = value.trim();
+  if (v === '') return '';
+  const withPort = isValidIP(v) ? (v.includes(':') ? `[${v}]:${defaultPort}` : `${v}:${defaultPort}`) : v;
+  if (parseHostPort(withPort) === undefined)
+    invalidValue(at, value, 'expected IP:port (e.g. 0.0.0.0:10256), a bare IP, or "" to disable');
+  return withPort;
+}
+
+/** NodePort CIDRs; kube-proxy's newer keywords (primary, localhost, all) are not supported. */
+export function checkCIDRs(values: readonly string[], at: ValueSource): string[] {
+  const out = values.map((s) => s.trim()).filter((s) => s !== '');
+  for (const cidr of out) {
+    if (cidr === 'primary' || cidr === 'localhost' || cidr === 'all')
+      invalidValue(at, cidr, 'keywords are not supported: list CIDRs, or none for all local addresses');
+    if (!isValidCIDR(cidr)) invalidValue(at, cidr, 'not a CIDR');
+  }
+  return out;
+}
+
+/** An integer in [min, max]. */
+export function checkInt(value: number, at: ValueSource, min: number, max: number): number {
+  if (!Number.isInteger(value) || value < min || value > max)
+    invalidValue(
+      at,
+      value,
+      max === Number.MAX_SAFE_INTEGER
+        ? `must be an integer >= ${min}`
+        : `must be an integer in [${min}, ${max}]`,
+    );
+  return value;
+}
+
+/** A finite number >= 0 (clientConnection.qps is a float32). */
+export function checkNonNegative(value: number, at: ValueSource): number {
+  if (!Number.isFinite(value) || value < 0) invalidValue(at, value, 'must be a number >= 0');
+  return value;
+}
+
+/** The proxy mode: only the userspace mode exists here; `""` means the default, which is userspace. */
+export function checkProxyMode(value: string, at: ValueSource): void {
+  if (value !== '' && value !== 'userspace')
+    invalidValue(
+      at,
+      value,
+      'kube-userspace-proxy only implements the userspace mode (use "userspace" or "")',
+    );
+}
+
+export const CONTENT_TYPES = ['application/vnd.kubernetes.protobuf', 'application/json'] as const;
+
+/** The API content type kube-proxy accepts; the client speaks JSON either way. */
+export function checkContentType(value: string, at: ValueSource): string {
+  if (!(CONTENT_TYPES as readonly string[]).includes(value))
+    invalidValue(at, value, `expected one of ${CONTENT_TYPES.join(', ')}`);
+  return value;
 }

@@ -47,7 +47,20 @@ const bad = [
   { name: 'bad duration', args: ['--udp-timeout=fast'], want: /--udp-timeout/ },
   { name: 'zero udp timeout', args: ['--udp-timeout=0'], want: /greater than 0/ },
   { name: 'reversed port range', args: ['--proxy-port-range=200-100'], want: /proxy-port-range/ },
-  { name: 'unknown flag', args: ['--proxy-mode=iptables'], want: /Unknown argument/ },
+  { name: 'unknown flag', args: ['--healthz-port=10256'], want: /Unknown argument: healthz-port/ },
+  { name: 'another proxy mode', args: ['--proxy-mode=iptables'], want: /only implements the userspace mode/ },
+  { name: 'bad content type', args: ['--kube-api-content-type=text/plain'], want: /--kube-api-content-type/ },
+  { name: 'negative qps', args: ['--kube-api-qps=-1'], want: /--kube-api-qps -1: must be a number >= 0/ },
+  { name: 'negative burst', args: ['--kube-api-burst=-1'], want: /--kube-api-burst/ },
+  { name: 'negative conntrack min', args: ['--conntrack-min=-1'], want: /--conntrack-min/ },
+  {
+    name: 'bad conntrack timeout',
+    args: ['--conntrack-tcp-timeout-established=forever'],
+    want: /--conntrack-tcp-timeout-established "forever"/,
+  },
+  { name: 'unknown trace mode', args: ['--trace=all'], want: /Invalid values/ },
+  { name: 'nodeport keyword', args: ['--nodeport-addresses=all'], want: /keywords are not supported/ },
+  { name: 'zero udp sessions', args: ['--udp-max-sessions=0'], want: /--udp-max-sessions/ },
   {
     name: 'min above max',
     args: ['--iptables-min-sync-period=1m', '--iptables-sync-period=30s'],
@@ -72,10 +85,79 @@ for (const c of bad) {
   });
 }
 
+test('kube-proxy flags that mean something here set the config', async () => {
+  const { config, warnings } = await parseArgs([
+    '--manifest=m.yaml',
+    '--proxy-mode=userspace',
+    '--conntrack-max-per-core=0',
+    '--conntrack-min=0',
+    '--conntrack-tcp-timeout-established=0',
+    '--conntrack-tcp-timeout-close-wait=0s',
+    '--kube-api-qps=20.5',
+    '--kube-api-burst=40',
+    '--kube-api-content-type=application/json',
+    '--trace=none',
+  ]);
+  assert.equal(config.kubeApiQps, 20.5);
+  assert.equal(config.kubeApiBurst, 40);
+  assert.equal(config.kubeApiContentType, 'application/json');
+  assert.equal(config.trace, 'none');
+  assert.equal(config.conntrackMaxPerCore, 0);
+  // Zero conntrack settings mean "leave as is", which is all this proxy does: nothing to warn about.
+  assert.deepEqual(warnings, []);
+});
+
+test('settings accepted but not applied are warned about once', async () => {
+  const { config, warnings } = await parseArgs([
+    '--conntrack-max-per-core=32768',
+    '--conntrack-tcp-timeout-established=24h',
+    '--profiling',
+    '--cluster-cidr=10.244.0.0/16',
+    '--masquerade-all',
+    '--ipvs-scheduler=rr',
+  ]);
+  assert.equal(config.conntrackMaxPerCore, 32768);
+  assert.equal(config.conntrackTcpEstablishedTimeoutMs, 86_400_000);
+  assert.equal(config.profiling, true);
+  assert.equal(warnings.length, 3);
+  assert.match(warnings[0]!, /Ignored flags .*: --cluster-cidr, --masquerade-all, --ipvs-scheduler$/);
+  assert.match(
+    warnings[1]!,
+    /Conntrack settings are not applied.*maxPerCore=32768, tcpEstablishedTimeout=24h0m0s$/,
+  );
+  assert.match(warnings[2]!, /Profiling/);
+});
+
+test('server addresses: a bare IP gets the port, IPv6 binds move the defaults', async () => {
+  const bare = await parseArgs(['--healthz-bind-address=10.0.0.5', '--metrics-bind-address=::1']);
+  assert.equal(bare.config.healthzBindAddress, '10.0.0.5:10256');
+  assert.equal(bare.config.metricsBindAddress, '[::1]:10249');
+  const v6 = await parseArgs(['--bind-address=fd00::5']);
+  assert.equal(v6.config.healthzBindAddress, '[::]:10256');
+  assert.equal(v6.config.metricsBindAddress, '[::1]:10249');
+  const given = await parseArgs(['--bind-address=fd00::5', '--metrics-bind-address=']);
+  assert.equal(given.config.metricsBindAddress, '');
+});
+
+test('a flag given twice: the last one wins', async () => {
+  const { config } = await parseArgs(['--udp-timeout=1s', '--udp-timeout=3s']);
+  assert.equal(config.udpTimeoutMs, 3000);
+});
+
+test('--write-config-to and --config are returned', async () => {
+  const parsed = await parseArgs(['--write-config-to=/tmp/out.yaml']);
+  assert.equal(parsed.writeConfigTo, '/tmp/out.yaml');
+  assert.equal(parsed.configFile, undefined);
+  assert.deepEqual(parsed.config, DEFAULT_CONFIG);
+});
+
 test('--help and --version', async () => {
   const help = await parseArgs(['--help']);
   assert.match(help.help!, /--proxy-port-range/);
   assert.match(help.help!, /--no-iptables/);
+  assert.match(help.help!, /--config /);
+  assert.match(help.help!, /--trace/);
+  assert.match(help.help!, /ignored .*--cluster-cidr/s);
   assert.equal((await parseArgs(['--version'])).version, true);
 });
 
