@@ -1,4 +1,5 @@
 // The command-line entry: flags → Config → ProxyServer; signals; exit codes. Nothing else.
+import { writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { logLevel } from './config/config.ts';
 import { writeConfigFile } from './config/file.ts';
@@ -34,6 +35,15 @@ async function cleanup(log: Logger): Promise<number> {
   return code;
 }
 
+/** --oom-score-adj, as kube-proxy: the kernel kills the proxy last. Lowering it needs root. */
+function applyOomScoreAdj(value: number, log: Logger): void {
+  try {
+    writeFileSync('/proc/self/oom_score_adj', String(value));
+  } catch (err) {
+    log.warn({ value, err: (err as Error).message }, 'Cannot set oom_score_adj');
+  }
+}
+
 /** Runs the proxy until a signal; resolves with the exit code. */
 export async function main(argv: string[]): Promise<number> {
   let parsed: Awaited<ReturnType<typeof parseArgs>>;
@@ -64,6 +74,7 @@ export async function main(argv: string[]): Promise<number> {
   const log = createLogger({ level: logLevel(config.verbosity), format: config.logFormat });
   for (const warning of parsed.warnings) log.warn(warning);
   if (config.cleanup) return cleanup(log);
+  applyOomScoreAdj(config.oomScoreAdj, log);
   const server = new ProxyServer(config, { log, hostname: hostname() });
   let stopping = false;
   const done = new Promise<number>((resolve) => {
