@@ -155,6 +155,8 @@ export class ProxyServer {
   async #sync(): Promise<void> {
     const serviceChanges = this.state.serviceChangesTotal;
     const endpointChanges = this.state.endpointChangesTotal;
+    // proxier.sync() checks the state out synchronously, before its first await.
+    this.health.syncStarted();
     const result = await this.proxier.sync();
     if (result === undefined) return;
     const now = Date.now();

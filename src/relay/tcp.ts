@@ -208,6 +208,8 @@ class TcpConnection implements ConnectionInfo {
     this.finBy ??= reason;
     const t = this.listener.options.halfCloseTimeoutMs;
     if (t > 0 && !(this.clientEnded && this.upstreamEnded)) {
+      // The half-close timer replaces the idle one on the client socket; its reason must win too.
+      this.client.off('timeout', onIdleTimeout);
       this.client.setTimeout(t);
       this.upstream?.setTimeout(t);
       this.client.on('timeout', onHalfCloseTimeout);
@@ -373,7 +375,6 @@ export class TcpListener {
       },
       (socket) => this.#onConnection(socket),
     );
-    this.server.on('error', (err) => this.log.error({ err, service: this.context.name }, 'Listener error'));
   }
 
   get port(): number {
@@ -389,6 +390,10 @@ export class TcpListener {
       };
       const onListening = () => {
         this.server.off('error', onError);
+        // Only now (accept errors such as EMFILE): a failed bind is the caller's to report, once.
+        this.server.on('error', (err) =>
+          this.log.error({ err, service: this.context.name }, 'Listener error'),
+        );
         this.#port = (this.server.address() as net.AddressInfo).port;
         resolve();
       };

@@ -80,7 +80,9 @@ class UdpSession implements ConnectionInfo {
     this.upstream = upstream;
     upstream.on('message', onUpstreamMessage);
     upstream.on('error', onUpstreamError);
-    upstream.connect(endpoint.port, endpoint.ip, onUpstreamConnect);
+    // No connect() callback: dgram calls it with the error, unbound; without one a failure is an 'error'.
+    upstream.once('connect', onUpstreamConnect);
+    upstream.connect(endpoint.port, endpoint.ip);
   }
 
   get service() {
@@ -174,7 +176,6 @@ export class UdpListener implements Sweepable {
     this.#sweeper = deps.sweeper ?? sessionSweeper;
     this.socket = dgram.createSocket({ type, reuseAddr: false });
     this.socket.on('message', (msg, rinfo) => this.#onMessage(msg, rinfo));
-    this.socket.on('error', (err) => this.log.warn({ err, service: this.context.name }, 'UDP socket error'));
   }
 
   get port(): number {
@@ -187,6 +188,10 @@ export class UdpListener implements Sweepable {
       this.socket.once('error', onError);
       this.socket.bind({ address: host, port, exclusive: true }, () => {
         this.socket.off('error', onError);
+        // Only now: a failed bind is the caller's to report (it retries, and logs once).
+        this.socket.on('error', (err) =>
+          this.log.warn({ err, service: this.context.name }, 'UDP socket error'),
+        );
         this.#port = this.socket.address().port;
         try {
           this.socket.setRecvBufferSize(this.options.socketBufferBytes);

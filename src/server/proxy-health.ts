@@ -16,6 +16,9 @@ export class ProxyHealth {
   #lastUpdated = 0;
   /** The oldest queued change not applied yet; 0 = none pending. */
   #oldestPending = 0;
+  /** The oldest change queued after the running sync took its snapshot: that sync does not apply it. */
+  #queuedSinceSyncStart = 0;
+  #syncing = false;
 
   constructor(timeoutMs: number) {
     this.timeoutMs = timeoutMs;
@@ -24,12 +27,21 @@ export class ProxyHealth {
   /** A change arrived that the next sync must apply. */
   queuedUpdate(nowMs: number): void {
     if (this.#oldestPending === 0) this.#oldestPending = nowMs;
+    if (this.#syncing && this.#queuedSinceSyncStart === 0) this.#queuedSinceSyncStart = nowMs;
   }
 
-  /** A sync applied everything that was queued before it started. */
+  /** A sync takes its snapshot now: changes queued from here on are left for the next one. */
+  syncStarted(): void {
+    this.#syncing = true;
+    this.#queuedSinceSyncStart = 0;
+  }
+
+  /** A sync applied everything that was queued before it started (see syncStarted). */
   updated(nowMs: number): void {
     this.#lastUpdated = nowMs;
-    this.#oldestPending = 0;
+    this.#oldestPending = this.#queuedSinceSyncStart;
+    this.#queuedSinceSyncStart = 0;
+    this.#syncing = false;
   }
 
   get lastUpdatedMs(): number {

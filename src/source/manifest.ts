@@ -248,6 +248,13 @@ export class ManifestSource {
     const h = hash(text);
     if (h === this.#hash) return;
     try {
+      // A writer that truncates first (`cmd > file`, editors saving in place) shows an empty file for a
+      // moment; applying it would delete every service. To mean "no objects": `{kind: List, items: []}`.
+      if (text.trim() === '')
+        throw new ProxyError(
+          'KUP_ERR_MANIFEST_INVALID',
+          'invalid manifest: the file is empty (being written?)',
+        );
       const objects = parseManifest(text, this.path);
       this.#hash = h;
       this.#apply(objects);
