@@ -2,8 +2,11 @@
 // interface that carries the default route (as the legacy proxier's ChooseHostInterface), per family.
 // Never loopback. Reading /proc and the interface list is injected so tests can drive it.
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { type NetworkInterfaceInfo, networkInterfaces } from 'node:os';
 import type { IPFamily } from '../state/service-port.ts';
+import type { FamilyConfig } from './netfilter.ts';
+import { nodePortDestinations } from './rules.ts';
 
 export type HostInfo = {
   /** Contents of /proc/net/route and /proc/net/ipv6_route ('' when unreadable). */
@@ -75,4 +78,26 @@ export function localAddresses(info: HostInfo): string[] {
   for (const list of Object.values(info.interfaces))
     for (const a of list ?? []) if (!a.internal) out.push(a.address);
   return out;
+}
+
+/**
+ * Where NodePorts are held open: undefined = every address (one wildcard listener), else the
+ * addresses the NodePort rules match. With --nodeport-addresses, a wildcard listener would answer
+ * NodePorts on addresses outside the CIDRs. A family without CIDRs matches all its addresses
+ * (link-local ones excepted: binding them needs a scope).
+ */
+export function nodePortClaimHosts(families: readonly FamilyConfig[], info: HostInfo): string[] | undefined {
+  const all = Object.values(info.interfaces).flatMap((list) => (list ?? []).map((a) => a.address));
+  let restricted = false;
+  const out: string[] = [];
+  for (const f of families) {
+    const v = f.family === 'IPv4' ? 4 : 6;
+    const destinations = nodePortDestinations({ ...f, localAddresses: localAddresses(info) });
+    if (destinations.length !== 1 || destinations[0] !== undefined) {
+      restricted = true;
+      out.push(...(destinations as string[]));
+    } else out.push(...all.filter((ip) => isIP(ip) === v && !ip.toLowerCase().startsWith('fe80')));
+  }
+  // Sorted: the proxier re-claims when this list changes, interface order must not count.
+  return restricted ? [...new Set(out)].sort() : undefined;
 }
