@@ -3,6 +3,7 @@
 import net from 'node:net';
 import type { Config } from './config/config.ts';
 import { ProxyError } from './errors.ts';
+import { DEFAULT_OUTLIER_OPTIONS } from './loadbalancer/outlier.ts';
 import type { Logger } from './log.ts';
 import { createIptables, type Iptables, run } from './netfilter/iptables.ts';
 import type { FamilyConfig } from './netfilter/netfilter.ts';
@@ -119,6 +120,14 @@ export class ProxyServer {
           maxSessions: config.udpMaxSessions,
         },
         claimNodePorts: config.iptables,
+        outlier:
+          config.outlierConsecutiveFailures > 0
+            ? {
+                ...DEFAULT_OUTLIER_OPTIONS,
+                consecutiveFailures: config.outlierConsecutiveFailures,
+                baseEjectionMs: config.outlierBaseEjectionMs,
+              }
+            : undefined,
         nodePortHosts,
       },
       {

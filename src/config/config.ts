@@ -46,6 +46,10 @@ export type Config = {
   tcpIdleTimeoutMs: number;
   /** Our addition: how long a half-closed TCP connection may stay without traffic. */
   tcpHalfCloseTimeoutMs: number;
+  /** Our addition: connect failures in a row that eject an endpoint; 0 = no outlier ejection. */
+  outlierConsecutiveFailures: number;
+  /** Our addition: the first ejection time (it doubles while the endpoint keeps failing). */
+  outlierBaseEjectionMs: number;
   /** Our addition: how long shutdown waits for connections to finish. */
   shutdownGracePeriodMs: number;
   trace: TraceMode;
@@ -86,6 +90,8 @@ export const DEFAULT_CONFIG: Config = {
   tcpIdleTimeoutMs: 0,
   tcpHalfCloseTimeoutMs: 60_000,
   shutdownGracePeriodMs: 10_000,
+  outlierConsecutiveFailures: 3,
+  outlierBaseEjectionMs: 5_000,
   trace: 'protocols',
   logFormat: 'json',
 };

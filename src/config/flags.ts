@@ -238,6 +238,16 @@ export function buildParser(argv: string[]) {
       defaultDescription: dur(d.tcpHalfCloseTimeoutMs),
       describe: 'Close a half-closed TCP connection after this long without traffic',
     })
+    .option('outlier-consecutive-failures', {
+      type: 'number',
+      defaultDescription: String(d.outlierConsecutiveFailures),
+      describe: 'Eject an endpoint after this many connect failures in a row; 0 = never',
+    })
+    .option('outlier-base-ejection-time', {
+      type: 'string',
+      defaultDescription: dur(d.outlierBaseEjectionMs),
+      describe: 'First ejection time; doubles while the endpoint keeps failing (up to 5m)',
+    })
     .option('shutdown-grace-period', {
       type: 'string',
       defaultDescription: dur(d.shutdownGracePeriodMs),
@@ -334,6 +344,8 @@ function fromFlags(a: Args): Partial<Config> {
   put('tcpIdleTimeoutMs', duration('tcp-idle-timeout'));
   put('tcpHalfCloseTimeoutMs', duration('tcp-half-close-timeout'));
   put('shutdownGracePeriodMs', duration('shutdown-grace-period'));
+  put('outlierConsecutiveFailures', int32('outlier-consecutive-failures'));
+  put('outlierBaseEjectionMs', duration('outlier-base-ejection-time', { positive: true }));
   put('logFormat', a['log-format']);
   if (a.v !== undefined) put('verbosity', checkInt(a.v, flag('v'), 0, Number.MAX_SAFE_INTEGER));
   return c;

@@ -4,6 +4,8 @@
 import type { Endpoint, EndpointKey } from '../state/endpoint.ts';
 import type { SessionAffinity } from '../state/service-port.ts';
 import { DEFAULT_STICKY_MAX_AGE_SECONDS } from '../state/service-port.ts';
+import type { EjectionEvent, OutlierOptions } from './outlier.ts';
+import { OutlierDetector } from './outlier.ts';
 
 type AffinityEntry = { endpoint: Endpoint; lastUsedMs: number };
 
@@ -15,9 +17,12 @@ export class RoundRobinBalancer {
   #ttlMs = DEFAULT_STICKY_MAX_AGE_SECONDS * 1000;
   readonly #sticky = new Map<string, AffinityEntry>();
   readonly #random: () => number;
+  /** Passive outlier ejection; undefined = off. */
+  readonly outlier: OutlierDetector | undefined;
 
-  constructor(random: () => number = Math.random) {
+  constructor(random: () => number = Math.random, outlier?: OutlierOptions) {
     this.#random = random;
+    this.outlier = outlier === undefined ? undefined : new OutlierDetector(outlier);
   }
 
   /** The endpoints in visiting order. */
@@ -68,6 +73,7 @@ export class RoundRobinBalancer {
     }
     this.#endpoints = shuffled;
     this.#keys = new Set(shuffled.map((e) => e.key));
+    this.outlier?.retain(this.#keys);
     this.#index = shuffled.length === 0 ? 0 : this.#index % shuffled.length;
     const byKey = new Map(shuffled.map((e) => [e.key, e]));
     for (const [ip, entry] of this.#sticky) {
@@ -87,15 +93,25 @@ export class RoundRobinBalancer {
     const list = this.#endpoints;
     if (list.length === 0) return undefined;
     const sticky = this.#affinity === 'ClientIP';
+    const outlier = this.outlier !== undefined && this.outlier.ejectedCount > 0 ? this.outlier : undefined;
     if (sticky && !resetAffinity) {
       const entry = this.#sticky.get(clientIP);
-      if (entry !== undefined && nowMs - entry.lastUsedMs < this.#ttlMs) {
+      if (
+        entry !== undefined &&
+        nowMs - entry.lastUsedMs < this.#ttlMs &&
+        !outlier?.isEjected(entry.endpoint.key, nowMs)
+      ) {
         entry.lastUsedMs = nowMs;
         return entry.endpoint;
       }
     }
-    const endpoint = list[this.#index]!;
+    let endpoint = list[this.#index]!;
     this.#index = this.#index + 1 === list.length ? 0 : this.#index + 1;
+    // Skip ejected endpoints; the detector never ejects them all, so this ends within one lap.
+    for (let i = 1; i < list.length && outlier?.isEjected(endpoint.key, nowMs); i++) {
+      endpoint = list[this.#index]!;
+      this.#index = this.#index + 1 === list.length ? 0 : this.#index + 1;
+    }
     if (sticky) {
       const entry = this.#sticky.get(clientIP);
       if (entry !== undefined) {
@@ -106,6 +122,16 @@ export class RoundRobinBalancer {
       }
     }
     return endpoint;
+  }
+
+  /** A connect to `endpoint` failed; returns the ejection it caused, if any. */
+  reportFailure(endpoint: Endpoint, nowMs: number): EjectionEvent | undefined {
+    return this.outlier?.failed(endpoint.key, nowMs, this.#endpoints.length);
+  }
+
+  /** A connect to `endpoint` succeeded. */
+  reportSuccess(endpoint: Endpoint): void {
+    this.outlier?.succeeded(endpoint.key);
   }
 
   /** Forgets `clientIP`'s affinity if it points at `endpoint` (a connect to it failed). */

@@ -3,6 +3,7 @@
 // endpoint or affinity change never restarts a listener), and asks the portal programmer (iptables) to
 // write the rules. Syncs run through the bounded-frequency runner; a failed open is retried next sync.
 import { isProxyError, ProxyError } from '../errors.ts';
+import type { OutlierOptions } from '../loadbalancer/outlier.ts';
 import { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { Logger } from '../log.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
@@ -50,8 +51,15 @@ export type ProxierOptions = {
   syncPeriodMs: number;
   /** How many ports to try when a bind fails because someone else holds the port. */
   bindAttempts?: number;
+  /** Passive outlier ejection of endpoints that fail connects; undefined = off. */
+  outlier?: OutlierOptions;
   /** Hold each NodePort with a listener of our own (iptables mode). */
   claimNodePorts?: boolean;
+  /**
+   * The addresses NodePorts are held on, read every sync (--nodeport-addresses: only those the rules
+   * match); undefined = every address, one listener on `listenHost`.
+   */
+  nodePortHosts?: () => readonly string[] | undefined;
 };
 
 export type ProxierDeps = {
@@ -74,8 +82,11 @@ type ServiceInfo = {
   context: ServicePortContext;
   listener: TcpListener | UdpListener;
   proxyPort: number;
-  /** The NodePort held open (and served) so no other process can take a port our rules hijack. */
-  nodePortClaim: { port: number; listener: TcpListener | UdpListener } | undefined;
+  /**
+   * The NodePort held open (and served) so no other process can take a port our rules hijack;
+   * `hosts` = the addresses held, space-separated (when they change, it is claimed again).
+   */
+  nodePortClaim: { port: number; hosts: string; listeners: (TcpListener | UdpListener)[] } | undefined;
   /** Why the NodePort could not be claimed; its rules are left out until it can. */
   nodePortError: ProxyError | undefined;
 };
@@ -216,14 +227,15 @@ export class Proxier {
     }
 
     const now = this.#clock.now();
+    const claimHosts = this.#options.nodePortHosts?.() ?? [this.#options.listenHost];
+    const claimKey = claimHosts.join(' ');
     for (const info of this.#services.values()) {
       info.context.balancer.cleanupStaleStickySessions(now);
-      if (
-        this.#options.claimNodePorts &&
-        info.servicePort.nodePort !== 0 &&
-        info.nodePortClaim === undefined
-      ) {
-        await this.#claimNodePort(info);
+      if (this.#options.claimNodePorts && info.servicePort.nodePort !== 0) {
+        // The node's addresses changed: hold the NodePort where the rules now match.
+        if (info.nodePortClaim !== undefined && info.nodePortClaim.hosts !== claimKey)
+          await this.#releaseNodePort(info);
+        if (info.nodePortClaim === undefined) await this.#claimNodePort(info, claimHosts);
       }
     }
 
@@ -268,17 +280,22 @@ export class Proxier {
     return out;
   }
 
-  async #claimNodePort(info: ServiceInfo): Promise<void> {
+  async #claimNodePort(info: ServiceInfo, hosts: readonly string[]): Promise<void> {
     const port = info.servicePort.nodePort;
-    const listener = this.#createListener(info.context);
+    const listeners: (TcpListener | UdpListener)[] = [];
     try {
-      await listener.listen(this.#options.listenHost, port);
-      info.nodePortClaim = { port, listener };
+      for (const host of hosts) {
+        const listener = this.#createListener(info.context, host);
+        listeners.push(listener);
+        await listener.listen(host, port);
+      }
+      info.nodePortClaim = { port, hosts: hosts.join(' '), listeners };
       if (info.nodePortError !== undefined)
         this.#log.info({ service: info.servicePort.key, nodePort: port }, 'NodePort claimed');
       info.nodePortError = undefined;
     } catch (err) {
-      listener.destroy();
+      // Held on some addresses only is not held: rules for the others would hijack someone's traffic.
+      for (const l of listeners) l.destroy();
       const error = new ProxyError(
         'KUP_ERR_PORT_CONFLICT',
         `NodePort ${port}/${info.servicePort.protocol} of ${info.servicePort.name} is held by another process: ${(err as Error).message}`,
@@ -302,11 +319,11 @@ export class Proxier {
     const claim = info.nodePortClaim;
     info.nodePortClaim = undefined;
     info.nodePortError = undefined;
-    if (claim !== undefined) await claim.listener.close();
+    if (claim !== undefined) await Promise.all(claim.listeners.map((l) => l.close()));
   }
 
   async #start(servicePort: ServicePort, endpoints: ServicePortEndpoints | undefined): Promise<boolean> {
-    const balancer = new RoundRobinBalancer();
+    const balancer = new RoundRobinBalancer(Math.random, this.#options.outlier);
     balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
     balancer.setEndpoints(clusterEndpoints(endpoints));
     const context: ServicePortContext = {
@@ -391,10 +408,12 @@ export class Proxier {
         const code = (err as NodeJS.ErrnoException).code;
         if (code !== 'EADDRINUSE' || port === 0) break;
         busy.add(port);
-        this.#log.warn(
-          { service: context.name, port },
-          'Proxy port in use by another process, trying another',
-        );
+        // Once per failure, not on every retry: the failure itself is logged once (#start).
+        if (!this.#failed.has(`${context.name}/${context.protocol}` as ServicePortKey))
+          this.#log.warn(
+            { service: context.name, port },
+            'Proxy port in use by another process, trying another',
+          );
       }
     }
     const held = busy.size > 0 ? ` (ports held by other processes: ${[...busy].join(', ')})` : '';
@@ -407,15 +426,10 @@ export class Proxier {
     );
   }
 
-  #createListener(context: ServicePortContext): TcpListener | UdpListener {
+  #createListener(context: ServicePortContext, host = this.#options.listenHost): TcpListener | UdpListener {
     const deps = { log: this.#log, connect: this.#connect, now: () => this.#clock.now() };
     if (context.protocol === 'TCP') return new TcpListener(context, this.#options.tcp, deps);
-    return new UdpListener(
-      context,
-      this.#options.udp,
-      deps,
-      this.#options.listenHost.includes(':') ? 'udp6' : 'udp4',
-    );
+    return new UdpListener(context, this.#options.udp, deps, host.includes(':') ? 'udp6' : 'udp4');
   }
 
   #update(info: ServiceInfo, servicePort: ServicePort): void {
@@ -446,7 +460,7 @@ export class Proxier {
     await Promise.all(
       all.map(async (info) => {
         await info.listener.close();
-        await info.nodePortClaim?.listener.close();
+        await Promise.all(info.nodePortClaim?.listeners.map((l) => l.close()) ?? []);
         this.#allocator.release(info.proxyPort);
       }),
     );
@@ -462,7 +476,7 @@ export class Proxier {
     this.#services.clear();
     for (const info of this.#draining) {
       info.listener.destroy();
-      info.nodePortClaim?.listener.destroy();
+      for (const l of info.nodePortClaim?.listeners ?? []) l.destroy();
     }
     this.#draining.clear();
   }

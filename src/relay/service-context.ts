@@ -20,6 +20,8 @@ export type ServicePortStats = {
   picks: Map<string, number>;
   udpSessionsEvicted: number;
   udpDatagramsDropped: number;
+  /** Endpoints ejected by passive outlier detection. */
+  ejections: number;
 };
 
 export function newServicePortStats(): ServicePortStats {
@@ -34,6 +36,7 @@ export function newServicePortStats(): ServicePortStats {
     picks: new Map(),
     udpSessionsEvicted: 0,
     udpDatagramsDropped: 0,
+    ejections: 0,
   };
 }
 

@@ -157,6 +157,19 @@ class TcpConnection implements ConnectionInfo {
     stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
     this.failedAttempts.push({ endpoint: endpoint.key, error: err.code ?? err.message });
     balancer.resetAffinity(this.clientAddress, endpoint);
+    const ejection = balancer.reportFailure(endpoint, this.listener.now());
+    if (ejection !== undefined) {
+      stats.ejections++;
+      this.listener.log.warn(
+        {
+          service: this.context.name,
+          endpoint: endpoint.key,
+          forMs: ejection.untilMs - this.listener.now(),
+          ejections: ejection.ejections,
+        },
+        'Endpoint ejected after consecutive connect failures',
+      );
+    }
     upstream[kConn] = undefined;
     upstream.destroy();
     this.upstream = undefined;
@@ -187,6 +200,7 @@ class TcpConnection implements ConnectionInfo {
     const upstream = this.upstream!;
     const client = this.client;
     this.state = OPEN;
+    this.context.balancer.reportSuccess(this.endpoint!);
     const idle = this.listener.options.idleTimeoutMs;
     upstream.setTimeout(idle);
     client.setTimeout(idle);

@@ -131,6 +131,8 @@ function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
   if (session === undefined || session.closed) return;
   const listener = session.listener;
   session.lastActivityMs = listener.now();
+  // The first reply proves the endpoint alive (UDP has no connect to succeed).
+  if (session.bytesToClient === 0) session.context.balancer.reportSuccess(session.endpoint);
   session.bytesToClient += msg.length;
   const observer = session.context.observer;
   if (observer.wantsData) observer.endpointData?.(session, msg);
@@ -147,6 +149,20 @@ function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void 
   stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
   session.failedAttempts.push({ endpoint: session.endpoint.key, error: err.code ?? err.message });
   balancer.resetAffinity(session.clientAddress, session.endpoint);
+  const now = session.listener.now();
+  const ejection = balancer.reportFailure(session.endpoint, now);
+  if (ejection !== undefined) {
+    stats.ejections++;
+    session.listener.log.warn(
+      {
+        service: session.context.name,
+        endpoint: session.endpoint.key,
+        forMs: ejection.untilMs - now,
+        ejections: ejection.ejections,
+      },
+      'Endpoint ejected after consecutive failures',
+    );
+  }
   session.close(reason === 'refused' ? 'endpoint-reset' : 'error');
 }
 

@@ -15,6 +15,8 @@ export type DebugServicePort = {
   externalIPs: readonly string[];
   loadBalancerIPs: readonly string[];
   endpoints: string[];
+  /** Endpoints skipped by outlier ejection, and when they come back. */
+  ejected?: { endpoint: string; until: string }[];
   sessionAffinity: 'None' | 'ClientIP';
   stickyMaxAgeSeconds?: number;
   connections: {
@@ -44,6 +46,7 @@ export function debugServices(
     externalIPs: sp.externalIPs,
     loadBalancerIPs: sp.loadBalancerIPs,
     endpoints: endpoints.map((e) => e.key).sort(),
+    ...ejectedField(context.balancer.outlier?.ejected(Date.now())),
     sessionAffinity: sp.sessionAffinity,
     ...(sp.sessionAffinity === 'ClientIP' ? { stickyMaxAgeSeconds: sp.stickyMaxAgeSeconds } : {}),
     connections: {
@@ -80,4 +83,9 @@ export function debugServices(
 
 function errorField(err: ProxyError | undefined): { error?: { code: string; message: string } } {
   return err === undefined ? {} : { error: { code: err.code, message: err.message } };
+}
+
+function ejectedField(list: { endpoint: string; untilMs: number }[] | undefined) {
+  if (list === undefined || list.length === 0) return {};
+  return { ejected: list.map((e) => ({ endpoint: e.endpoint, until: new Date(e.untilMs).toISOString() })) };
 }

@@ -151,6 +151,13 @@ export function createMetrics(getProxier: () => Proxier | undefined): ProxyMetri
       }),
   );
   perService(
+    'kup_endpoint_ejections_total',
+    'Endpoints ejected by passive outlier detection (consecutive connect failures)',
+    'counter',
+    [],
+    (set) => each((service, protocol, s) => set({ service, protocol }, s.context.stats.ejections)),
+  );
+  perService(
     'kup_udp_sessions_evicted_total',
     'UDP sessions evicted because the per-service cap was reached',
     'counter',

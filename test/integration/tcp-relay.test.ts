@@ -285,3 +285,41 @@ test('observer sees open and close with byte counts and the close reason', async
   assert.ok(last!.closeReason === 'endpoint-fin' || last!.closeReason === 'client-fin');
   assert.equal(context.stats.bytesToClients, 11);
 });
+
+test('outlier ejection: a refusing endpoint is skipped after 3 failures and returns after it recovers', async (t) => {
+  const backends = await servers(t, ['127.0.0.11', '127.0.0.12']);
+  const dead = await identityServer('127.0.0.13');
+  const deadPort = dead.port;
+  await dead.close();
+  let now = 1_000_000;
+  const context = makeContext([]);
+  const { RoundRobinBalancer } = await import('../../src/loadbalancer/round-robin.ts');
+  const balancer = new RoundRobinBalancer(Math.random, {
+    consecutiveFailures: 3,
+    baseEjectionMs: 5000,
+    maxEjectionMs: 60_000,
+    maxEjectionPercent: 50,
+  });
+  balancer.setEndpoints([...backends.map((s) => ep(s.host, s.port)), ep('127.0.0.13', deadPort)]);
+  const listener = new TcpListener({ ...context, balancer }, DEFAULT_TCP_OPTIONS, { log, now: () => now });
+  await listener.listen('127.0.0.1', 0);
+  t.after(() => listener.destroy());
+  const stats = listener.context.stats;
+  for (let i = 0; i < 30; i++) assert.match(await request(listener.port), /^127\.0\.0\.1[12]$/);
+  assert.equal(stats.connectFailures['refused'], 3, 'three refusals, then the endpoint is skipped');
+  assert.equal(stats.ejections, 1);
+  // It comes back to life on the same address; once the ejection time is over it gets traffic again.
+  const revived = net.createServer((s) => s.end('127.0.0.13'));
+  await new Promise<void>((resolve) =>
+    revived.listen({ host: '127.0.0.13', port: deadPort }, () => resolve()),
+  );
+  t.after(() => new Promise((r) => revived.close(r)));
+  const before = new Set<string>();
+  for (let i = 0; i < 9; i++) before.add(await request(listener.port));
+  assert.ok(!before.has('127.0.0.13'), 'still ejected');
+  now += 5000;
+  const seen = new Set<string>();
+  for (let i = 0; i < 9; i++) seen.add(await request(listener.port));
+  assert.ok(seen.has('127.0.0.13'), 'back after the ejection time');
+  assert.equal(balancer.outlier!.ejectedCount, 0);
+});
