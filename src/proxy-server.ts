@@ -278,6 +278,8 @@ export class ProxyServer {
       '/metrics': async (_req, res) =>
         sendText(res, 200, await this.metrics.registry.metrics(), this.metrics.registry.contentType),
       '/proxyMode': (_req, res) => sendText(res, 200, 'userspace'),
+      // As kube-proxy's /configz: the effective configuration, keyed by its API group.
+      '/configz': (_req, res) => sendJSON(res, 200, { 'kubeproxy.config.k8s.io': this.config }),
       '/healthz': (_req, res) => sendText(res, 200, 'ok'),
       '/debug/services': (_req, res) =>
         sendJSON(
