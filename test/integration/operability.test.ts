@@ -1,0 +1,145 @@
+// Operability of a running proxy: metric names present and moving with traffic, /healthz turning red when
+// syncs stall and green again, /livez, /proxyMode and /configz.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import type { Config } from '../../src/config/config.ts';
+import { DEFAULT_CONFIG } from '../../src/config/config.ts';
+import { silentLogger } from '../../src/log.ts';
+import type { Iptables } from '../../src/netfilter/iptables.ts';
+import { ProxyServer } from '../../src/proxy-server.ts';
+import { service, slice, toYaml } from '../helpers/manifests.ts';
+import { request, waitFor } from '../helpers/servers.ts';
+
+async function start(t: { after(fn: () => unknown): void }, overrides: Partial<Config>, iptables?: Iptables) {
+  const pod = net.createServer((s) => s.end('pod'));
+  await new Promise<void>((r) => pod.listen({ host: '127.0.0.11', port: 0 }, () => r()));
+  t.after(() => new Promise((r) => pod.close(r)));
+  const podPort = (pod.address() as net.AddressInfo).port;
+  const dir = await mkdtemp(join(tmpdir(), 'kup-ops-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'm.yaml');
+  const objects = (name: string) => [
+    service(name, '10.96.0.1', [{ name: 'http', port: 80, targetPort: podPort }]),
+    slice(name, `${name}-1`, [{ ip: '127.0.0.11' }], [{ name: 'http', port: podPort }]),
+  ];
+  await writeFile(file, toYaml(objects('web')));
+  const config: Config = {
+    ...DEFAULT_CONFIG,
+    manifest: file,
+    iptables: iptables !== undefined,
+    hostnameOverride: 'node-1',
+    bindAddress: '0.0.0.0',
+    healthzBindAddress: '127.0.0.1:0',
+    metricsBindAddress: '127.0.0.1:0',
+    iptablesMinSyncPeriodMs: 0,
+    ...overrides,
+  };
+  const hostInfo = () => ({
+    route4:
+      'Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\neth0\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\n',
+    route6: '',
+    interfaces: {
+      eth0: [
+        {
+          address: '192.168.1.5',
+          netmask: '255.255.255.0',
+          family: 'IPv4' as const,
+          mac: '00:00:00:00:00:01',
+          internal: false,
+          cidr: '192.168.1.5/24',
+        },
+      ],
+    },
+  });
+  const server = new ProxyServer(config, { log: silentLogger(), iptables, hostInfo });
+  await server.start();
+  t.after(() => server.close());
+  const get = async (srv: 'health' | 'metrics', path: string) => {
+    const port = srv === 'health' ? server.healthServer!.port : server.metricsServer!.port;
+    const res = await fetch(`http://127.0.0.1:${port}${path}`);
+    return { status: res.status, text: await res.text() };
+  };
+  const write = async (name: string) => writeFile(file, toYaml([...objects('web'), ...objects(name)]));
+  return { server, get, write };
+}
+
+function metricValue(text: string, name: string, labels: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
+  return line === undefined ? Number.NaN : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+test('metrics: kube-proxy names present, per service port counters move with traffic', async (t) => {
+  const { server, get } = await start(t, {});
+  const key = 'default/web:http/TCP';
+  await waitFor(() => server.proxier.get(key as never) !== undefined, 3000, 'open');
+  const before = (await get('metrics', '/metrics')).text;
+  for (const name of [
+    'kubeproxy_sync_proxy_rules_duration_seconds',
+    'kubeproxy_sync_proxy_rules_last_timestamp_seconds',
+    'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds',
+    'kubeproxy_network_programming_duration_seconds',
+    'kubeproxy_sync_proxy_rules_service_changes_total',
+    'kubeproxy_sync_proxy_rules_endpoint_changes_total',
+    'kubeproxy_sync_proxy_rules_iptables_restore_failures_total',
+    'process_cpu_seconds_total',
+    'kup_service_connections_total',
+    'kup_service_connections_active',
+    'kup_service_bytes_total',
+  ]) {
+    assert.ok(before.includes(`# TYPE ${name} `), `${name} is exported`);
+  }
+  const labels = 'service="default/web:http",protocol="TCP"';
+  assert.equal(metricValue(before, 'kup_service_connections_total', labels), 0);
+  const port = server.proxier.get(key as never)!.proxyPort;
+  for (let i = 0; i < 5; i++) assert.equal(await request(port, { host: '127.0.0.1' }), 'pod');
+  await waitFor(() => server.proxier.activeConnections() === 0, 2000, 'connections to close');
+  const after = (await get('metrics', '/metrics')).text;
+  assert.equal(metricValue(after, 'kup_service_connections_total', labels), 5);
+  assert.equal(metricValue(after, 'kup_service_bytes_total', `${labels},direction="to_client"`), 15);
+  assert.ok(metricValue(after, 'kup_service_endpoint_picks_total', labels) === 5);
+  assert.equal((await get('metrics', '/proxyMode')).text, 'userspace');
+  const configz = JSON.parse((await get('metrics', '/configz')).text);
+  assert.equal(configz['kubeproxy.config.k8s.io'].iptablesSyncPeriodMs, 30_000);
+});
+
+test('/healthz turns unhealthy when syncs stall, and healthy again when they resume; /livez as well', async (t) => {
+  let hold: Promise<void> | undefined;
+  let release: () => void = () => {};
+  const iptables: Iptables = {
+    restore: async () => {
+      await hold;
+    },
+    save: async () => '',
+    missingJumps: async () => [],
+    cleanup: async () => {},
+    flushConntrackUDP: async () => {},
+  };
+  const { server, get, write } = await start(t, { iptablesSyncPeriodMs: 300 }, iptables);
+  await waitFor(
+    async () => (await get('health', '/healthz')).status === 200,
+    3000,
+    'healthy after the first sync',
+  );
+  const body = JSON.parse((await get('health', '/healthz')).text);
+  assert.ok(body.lastUpdated && body.currentTime);
+  // Rule programming hangs; a change is queued and not applied within 2 × the sync period.
+  hold = new Promise<void>((r) => {
+    release = r;
+  });
+  await write('api');
+  await waitFor(async () => (await get('health', '/healthz')).status === 503, 3000, '/healthz to turn red');
+  assert.equal((await get('health', '/livez')).status, 503);
+  release();
+  hold = undefined;
+  await waitFor(async () => (await get('health', '/healthz')).status === 200, 3000, '/healthz to turn green');
+  assert.equal((await get('health', '/livez')).status, 200);
+  await waitFor(
+    () => server.proxier.get('default/api:http/TCP' as never) !== undefined,
+    3000,
+    'the queued change',
+  );
+});
