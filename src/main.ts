@@ -77,14 +77,21 @@ export async function main(argv: string[]): Promise<number> {
   applyOomScoreAdj(config.oomScoreAdj, log);
   const server = new ProxyServer(config, { log, hostname: hostname() });
   let stopping = false;
+  // The proxy's own timers are unref'd and its file watches not persistent: this holds the process until
+  // a signal, whether or not any listener or server is open.
+  const keepAlive = setInterval(() => {}, 1 << 30);
   const done = new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       if (stopping) return;
       stopping = true;
       log.info({ signal }, 'Shutting down');
       server.close().then(
-        () => resolve(0),
+        () => {
+          clearInterval(keepAlive);
+          resolve(0);
+        },
         (err) => {
+          clearInterval(keepAlive);
           log.error({ err }, 'Shutdown failed');
           resolve(1);
         },
@@ -106,6 +113,7 @@ export async function main(argv: string[]): Promise<number> {
   } catch (err) {
     log.fatal({ err: isProxyError(err) ? { code: err.code, message: err.message } : err }, 'Start failed');
     await server.close().catch(() => {});
+    clearInterval(keepAlive);
     return 1;
   }
   return done;

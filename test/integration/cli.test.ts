@@ -90,3 +90,59 @@ test('runs on a manifest, logs JSON lines, and exits 0 on SIGTERM', async (t) =>
   assert.ok(lines.some((l) => l.includes('Shutting down')));
   assert.ok(r.ms < 3000, `exit took ${r.ms} ms`);
 });
+
+test('fatal start-up errors exit non-zero with the reason', async (t) => {
+  // The metrics port is taken and --bind-address-hard-fail is set.
+  const net = await import('node:net');
+  const squatter = net.createServer();
+  await new Promise<void>((r) => squatter.listen({ host: '127.0.0.1', port: 0 }, () => r()));
+  t.after(() => new Promise((r) => squatter.close(r)));
+  const port = (squatter.address() as { port: number }).port;
+  const dir = await mkdtemp(join(tmpdir(), 'kup-cli-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'm.yaml');
+  await writeFile(
+    file,
+    toYaml([service('web', '10.96.0.1', [{ name: 'http', port: 80, targetPort: 8080 }])]),
+  );
+  const hard = await run([
+    '--manifest',
+    file,
+    '--no-iptables',
+    '--bind-address-hard-fail',
+    `--metrics-bind-address=127.0.0.1:${port}`,
+    '--healthz-bind-address=',
+  ]);
+  assert.equal(hard.code, 1);
+  assert.match(hard.stdout, /cannot start the metrics server/);
+  const missingConfig = await run(['--config', join(dir, 'nope.yaml')]);
+  assert.notEqual(missingConfig.code, 0);
+  assert.match(missingConfig.stderr + missingConfig.stdout, /nope\.yaml/);
+});
+
+test('--log-format text prints readable lines', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'kup-cli-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'm.yaml');
+  await writeFile(
+    file,
+    toYaml([service('web', '10.96.0.1', [{ name: 'http', port: 80, targetPort: 8080 }])]),
+  );
+  const r = await run(
+    [
+      '--manifest',
+      file,
+      '--no-iptables',
+      '--log-format=text',
+      '--bind-address=0.0.0.0',
+      '--healthz-bind-address=',
+      '--metrics-bind-address=',
+    ],
+    { until: /Opened service port/ },
+  );
+  assert.equal(r.code, 0);
+  assert.match(
+    r.stdout,
+    /^\d{4}-\d\d-\d\dT\S+ INFO {2}Opened service port .*service=default\/web:http\/TCP/m,
+  );
+});
