@@ -1,0 +1,130 @@
+// The tracing routes of the metrics server: /debug/connections (the connection table as JSON) and
+// /debug/trace (trace events as NDJSON, streamed until the client goes away). Query strings only.
+import type http from 'node:http';
+import type { ConnectionFilter, ConnectionTable, ListOptions } from '../trace/connection-table.ts';
+import type { Subscription, TraceEvent, Tracer } from '../trace/tracer.ts';
+import type { Route } from './http.ts';
+import { sendJSON, sendText } from './http.ts';
+
+type Parsed<T> = { ok: T; error?: undefined } | { ok?: undefined; error: string };
+
+function count(url: URL, name: string): Parsed<number | undefined> {
+  const v = url.searchParams.get(name);
+  if (v === null || v === '') return { ok: undefined };
+  if (!/^\d{1,9}$/.test(v)) return { error: `invalid ${name} "${v}": expected a non-negative integer` };
+  return { ok: Number(v) };
+}
+
+/** service, client and id from the query string. */
+export function parseFilter(url: URL): Parsed<ConnectionFilter> {
+  const id = count(url, 'id');
+  if (id.error !== undefined) return id;
+  return {
+    ok: {
+      service: url.searchParams.get('service') || undefined,
+      client: url.searchParams.get('client') || undefined,
+      id: id.ok,
+    },
+  };
+}
+
+/** The filter plus state (active|closed|all) and limit. */
+export function parseListOptions(url: URL): Parsed<ListOptions> {
+  const filter = parseFilter(url);
+  if (filter.error !== undefined) return filter;
+  const limit = count(url, 'limit');
+  if (limit.error !== undefined) return limit;
+  const state = url.searchParams.get('state') ?? 'all';
+  if (state !== 'active' && state !== 'closed' && state !== 'all' && state !== '')
+    return { error: `invalid state "${state}": expected active, closed or all` };
+  return {
+    ok: {
+      ...filter.ok,
+      state: state === 'active' || state === 'closed' ? state : undefined,
+      limit: limit.ok,
+    },
+  };
+}
+
+function parseFollow(url: URL): Parsed<boolean> {
+  const v = url.searchParams.get('follow');
+  if (v === null || v === '' || v === 'true' || v === '1') return { ok: true };
+  if (v === 'false' || v === '0') return { ok: false };
+  return { error: `invalid follow "${v}": expected true or false` };
+}
+
+const NDJSON_HEADERS = {
+  'Content-Type': 'application/x-ndjson',
+  'Cache-Control': 'no-store',
+  'X-Content-Type-Options': 'nosniff',
+};
+
+/**
+ * `GET /debug/trace?service=&client=&id=&limit=&follow=`: first the buffered events that match (the
+ * newest `limit`, oldest first; all by default), then, unless `follow=false`, new events as they happen
+ * until the client disconnects. A slow reader pauses its subscription; what overflows it is dropped and
+ * reported as a `{"type":"dropped","count":n}` line.
+ */
+function traceRoute(tracer: Tracer): Route {
+  return (req, res, url) => {
+    const filter = parseFilter(url);
+    const limit = count(url, 'limit');
+    const follow = parseFollow(url);
+    const error = filter.error ?? limit.error ?? follow.error;
+    if (error !== undefined) return sendText(res, 400, `${error}\n`);
+    res.writeHead(200, NDJSON_HEADERS);
+    if (req.method === 'HEAD') {
+      res.end();
+      return;
+    }
+    const backlog = tracer.recentEvents(filter.ok, limit.ok);
+    if (backlog.length > 0) res.write(backlog.map(line).join(''));
+    if (!follow.ok) {
+      res.end();
+      return;
+    }
+    // Let the client see the 200 before the first event, which may be long in coming.
+    if (backlog.length === 0) res.flushHeaders();
+    stream(tracer, filter.ok!, res);
+  };
+}
+
+function line(event: TraceEvent | { type: 'dropped'; count: number; atMs: number }): string {
+  return `${JSON.stringify(event)}\n`;
+}
+
+function stream(tracer: Tracer, filter: ConnectionFilter, res: http.ServerResponse): void {
+  let reported = 0;
+  let sub: Subscription | undefined;
+  const resume = () => sub?.resume();
+  sub = tracer.subscribe(filter, (event) => {
+    if (res.destroyed) return;
+    const s = sub!;
+    if (s.dropped > reported) {
+      res.write(line({ type: 'dropped', count: s.dropped - reported, atMs: Date.now() }));
+      reported = s.dropped;
+    }
+    if (!res.write(line(event))) {
+      s.pause();
+      res.once('drain', resume);
+    }
+  });
+  res.on('close', () => sub?.close());
+}
+
+/** `GET /debug/connections?service=&client=&id=&state=&limit=`: `{active, recent, totals, dropped}`. */
+function connectionsRoute(table: ConnectionTable): Route {
+  return (_req, res, url) => {
+    const options = parseListOptions(url);
+    if (options.error !== undefined) return sendText(res, 400, `${options.error}\n`);
+    sendJSON(res, 200, table.list(options.ok));
+  };
+}
+
+/** The routes to merge into the metrics server's. */
+export function traceRoutes(tracer: Tracer, table: ConnectionTable): Record<string, Route> {
+  return {
+    '/debug/connections': connectionsRoute(table),
+    '/debug/trace': traceRoute(tracer),
+  };
+}

@@ -1,0 +1,304 @@
+// The connection table: active TCP connections and UDP sessions by id, and a bounded ring of recently
+// closed ones that counts what it pushed out. Byte counts of active entries are read live from the relay's
+// ConnectionInfo at query time, never copied per chunk. No I/O, no timers.
+import type { CloseReason, ConnectAttempt, ConnectionInfo } from '../relay/observer.ts';
+import type { AppInfo, Sniffer } from './sniff/types.ts';
+
+export type ConnectionState = 'active' | 'closed';
+
+/** One connection or session as /debug/connections, the trace stream and the access log show it. */
+export type ConnectionRecord = {
+  readonly id: number;
+  /** `ns/name:portName`. */
+  readonly service: string;
+  readonly protocol: 'TCP' | 'UDP';
+  /** `ip:port` (`[ip]:port` for IPv6). */
+  readonly client: string;
+  /** The endpoint relayed to (`ip:port`); null when none was reached. */
+  readonly endpoint: string | null;
+  readonly state: ConnectionState;
+  /** Epoch ms (the relay's clock). */
+  readonly startMs: number;
+  readonly endMs: number | null;
+  /** Lifetime so far (active) or in total (closed). */
+  readonly durationMs: number;
+  readonly bytesFromClient: number;
+  readonly bytesToClient: number;
+  /** Failed connect attempts, in order (endpoint and error code). */
+  readonly attempts: readonly ConnectAttempt[];
+  readonly closeReason: CloseReason | null;
+  /** What the protocol sniffer learnt; null when the connection was not sniffed. */
+  readonly app: AppInfo | null;
+};
+
+/** Query filters shared by /debug/connections, /debug/trace and subscriptions. */
+export type ConnectionFilter = {
+  /** `ns/name:port` (one service port), `ns/name` (every port of a service) or `ns` (a namespace). */
+  readonly service?: string | undefined;
+  /** Client IP, or `ip:port`. */
+  readonly client?: string | undefined;
+  readonly id?: number | undefined;
+};
+
+export type ListOptions = ConnectionFilter & {
+  /** Only active or only closed connections; both when unset. */
+  readonly state?: ConnectionState | undefined;
+  /** At most this many of each list (the newest); unlimited when unset. */
+  readonly limit?: number | undefined;
+};
+
+export type ConnectionListing = {
+  /** Newest first. */
+  active: ConnectionRecord[];
+  /** Newest first. */
+  recent: ConnectionRecord[];
+  /** Matches before `limit`. */
+  totals: { active: number; recent: number };
+  /** Closed records pushed out of the ring since start. */
+  dropped: number;
+};
+
+export type ConnectionTableOptions = {
+  /** Closed connections kept (ring buffer); default 1000, 0 keeps none. */
+  maxRecent?: number;
+  now?: () => number;
+};
+
+export const DEFAULT_MAX_RECENT = 1000;
+
+const NO_ATTEMPTS: readonly ConnectAttempt[] = Object.freeze([]);
+
+function copyAttempts(a: readonly ConnectAttempt[]): readonly ConnectAttempt[] {
+  return a.length === 0 ? NO_ATTEMPTS : a.slice();
+}
+
+/** `10.0.0.1:80`, `[fd00::1]:80`. */
+export function formatAddress(ip: string, port: number): string {
+  return ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`;
+}
+
+/** True when `service` (`ns/name:port`) is selected by `filter` (see ConnectionFilter.service). */
+export function matchesService(service: string, filter: string): boolean {
+  if (filter.includes(':')) return service === filter;
+  const sep = filter.includes('/') ? 0x3a /* : */ : 0x2f; /* / */
+  return service.startsWith(filter) && service.charCodeAt(filter.length) === sep;
+}
+
+/** True when the client `ip` (with `port`) is selected by `filter` (an IP, or ip:port). */
+export function matchesClient(ip: string, port: number, filter: string): boolean {
+  return ip === filter || formatAddress(ip, port) === filter;
+}
+
+/** One connection in the table. Fields fixed at open; `info` is dropped at close so sockets can go. */
+export class TableEntry {
+  readonly id: number;
+  readonly service: string;
+  readonly protocol: 'TCP' | 'UDP';
+  readonly clientAddress: string;
+  readonly clientPort: number;
+  readonly endpoint: string | null;
+  readonly startMs: number;
+  /** The live connection while active. */
+  info: ConnectionInfo | undefined;
+  /** Protocols mode only; kept after it is done for info(), dropped at close. */
+  sniffer: Sniffer | undefined;
+  /** False once the sniffer is done (or there is none): data callbacks return on this one check. */
+  sniffing: boolean;
+  /** Set at close. */
+  record: ConnectionRecord | undefined = undefined;
+
+  constructor(conn: ConnectionInfo) {
+    this.id = conn.id;
+    this.service = conn.service;
+    this.protocol = conn.protocol;
+    this.clientAddress = conn.clientAddress;
+    this.clientPort = conn.clientPort;
+    this.endpoint = conn.endpoint?.key ?? null;
+    this.startMs = conn.startMs;
+    this.info = conn;
+    this.sniffer = undefined;
+    this.sniffing = false;
+  }
+
+  /** Starts feeding `sniffer` (protocols mode). */
+  attach(sniffer: Sniffer): void {
+    this.sniffer = sniffer;
+    this.sniffing = !sniffer.done;
+  }
+
+  get client(): string {
+    return formatAddress(this.clientAddress, this.clientPort);
+  }
+
+  matches(filter: ConnectionFilter): boolean {
+    return (
+      (filter.id === undefined || filter.id === this.id) &&
+      (filter.service === undefined || matchesService(this.service, filter.service)) &&
+      (filter.client === undefined || matchesClient(this.clientAddress, this.clientPort, filter.client))
+    );
+  }
+
+  /** The current view: live byte counts while active, the final record once closed. */
+  snapshot(nowMs: number): ConnectionRecord {
+    if (this.record !== undefined) return this.record;
+    const conn = this.info!;
+    return {
+      id: this.id,
+      service: this.service,
+      protocol: this.protocol,
+      client: this.client,
+      endpoint: this.endpoint,
+      state: 'active',
+      startMs: this.startMs,
+      endMs: null,
+      durationMs: Math.max(0, nowMs - this.startMs),
+      bytesFromClient: conn.bytesFromClient,
+      bytesToClient: conn.bytesToClient,
+      attempts: copyAttempts(conn.failedAttempts),
+      closeReason: null,
+      app: this.sniffer?.info() ?? null,
+    };
+  }
+
+  /** Freezes the final record from the (closed) connection and lets go of it and the sniffer. */
+  finish(conn: ConnectionInfo): ConnectionRecord {
+    if (this.record !== undefined) return this.record;
+    const endMs = conn.endMs;
+    this.record = {
+      id: this.id,
+      service: this.service,
+      protocol: this.protocol,
+      client: this.client,
+      endpoint: conn.endpoint?.key ?? this.endpoint,
+      state: 'closed',
+      startMs: this.startMs,
+      endMs,
+      durationMs: Math.max(0, endMs - this.startMs),
+      bytesFromClient: conn.bytesFromClient,
+      bytesToClient: conn.bytesToClient,
+      attempts: copyAttempts(conn.failedAttempts),
+      closeReason: conn.closeReason ?? null,
+      app: this.sniffer?.info() ?? null,
+    };
+    this.info = undefined;
+    this.sniffer = undefined;
+    this.sniffing = false;
+    return this.record;
+  }
+}
+
+/**
+ * Active connections by id plus a ring of the last `maxRecent` closed ones. A connection closed without
+ * having been opened (no endpoints, connect failures) goes straight to the ring.
+ */
+export class ConnectionTable {
+  readonly maxRecent: number;
+  readonly now: () => number;
+  readonly #active = new Map<number, TableEntry>();
+  readonly #ring: (TableEntry | undefined)[];
+  #next = 0;
+  #recent = 0;
+  #dropped = 0;
+
+  constructor(options: ConnectionTableOptions = {}) {
+    this.maxRecent = Math.max(0, Math.floor(options.maxRecent ?? DEFAULT_MAX_RECENT));
+    this.now = options.now ?? Date.now;
+    this.#ring = new Array(this.maxRecent);
+  }
+
+  get activeCount(): number {
+    return this.#active.size;
+  }
+  get recentCount(): number {
+    return this.#recent;
+  }
+  /** Closed records pushed out of the ring (or not kept at all with maxRecent 0). */
+  get dropped(): number {
+    return this.#dropped;
+  }
+
+  /** Adds an opened connection. */
+  open(conn: ConnectionInfo): TableEntry {
+    const entry = new TableEntry(conn);
+    this.#active.set(conn.id, entry);
+    return entry;
+  }
+
+  /** The active entry of a connection id. */
+  get(id: number): TableEntry | undefined {
+    return this.#active.get(id);
+  }
+
+  /** Moves a closed connection to the ring (creating its entry when it never opened); returns it. */
+  close(conn: ConnectionInfo): TableEntry {
+    let entry = this.#active.get(conn.id);
+    if (entry === undefined) entry = new TableEntry(conn);
+    else this.#active.delete(conn.id);
+    entry.finish(conn);
+    this.#remember(entry);
+    return entry;
+  }
+
+  /** Active and recent records matching `options`, newest first. */
+  list(options: ListOptions = {}): ConnectionListing {
+    this.#reap();
+    const now = this.now();
+    const limit = options.limit ?? Number.POSITIVE_INFINITY;
+    const active: TableEntry[] = [];
+    const recent: TableEntry[] = [];
+    if (options.state !== 'closed') {
+      for (const e of this.#active.values()) if (e.matches(options)) active.push(e);
+      active.reverse();
+    }
+    if (options.state !== 'active') {
+      this.#eachRecent((e) => {
+        if (e.matches(options)) recent.push(e);
+      });
+    }
+    return {
+      active: active.slice(0, limit).map((e) => e.snapshot(now)),
+      recent: recent.slice(0, limit).map((e) => e.snapshot(now)),
+      totals: { active: active.length, recent: recent.length },
+      dropped: this.#dropped,
+    };
+  }
+
+  /** Forgets everything (tests, or a debug reset). */
+  clear(): void {
+    this.#active.clear();
+    this.#ring.fill(undefined);
+    this.#next = 0;
+    this.#recent = 0;
+  }
+
+  #remember(entry: TableEntry): void {
+    const size = this.maxRecent;
+    if (size === 0) {
+      this.#dropped++;
+      return;
+    }
+    if (this.#recent === size) this.#dropped++;
+    else this.#recent++;
+    this.#ring[this.#next] = entry;
+    this.#next = this.#next + 1 === size ? 0 : this.#next + 1;
+  }
+
+  /** Newest first. */
+  #eachRecent(fn: (e: TableEntry) => void): void {
+    const size = this.maxRecent;
+    for (let i = 1; i <= this.#recent; i++) fn(this.#ring[(this.#next - i + size) % size]!);
+  }
+
+  // A connection whose observer was swapped for the noop one (trace annotation changed to none while it
+  // ran) is never reported closed: its relay object says so (endMs is set at close), so move it here.
+  #reap(): void {
+    for (const e of this.#active.values()) {
+      const conn = e.info!;
+      if (conn.endMs > 0) {
+        this.#active.delete(e.id);
+        e.finish(conn);
+        this.#remember(e);
+      }
+    }
+  }
+}
