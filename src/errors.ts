@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   'KUP_ERR_PORT_CONFLICT',
   'KUP_ERR_NO_ENDPOINTS',
   'KUP_ERR_SHUTDOWN_TIMEOUT',
+  'KUP_ERR_PERMISSION',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

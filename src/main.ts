@@ -9,6 +9,7 @@ import type { Logger } from './log.ts';
 import { createLogger } from './log.ts';
 import { createIptables, run } from './netfilter/iptables.ts';
 import { ProxyServer } from './proxy-server.ts';
+import { runConnections, runTrace } from './trace/cli.ts';
 import { VERSION } from './version.ts';
 
 /** --cleanup: removes every chain and jump we ever write, IPv4 and IPv6; safe on a clean host. */
@@ -46,6 +47,13 @@ function applyOomScoreAdj(value: number, log: Logger): void {
 
 /** Runs the proxy until a signal; resolves with the exit code. */
 export async function main(argv: string[]): Promise<number> {
+  if (argv[0] === 'connections') return runConnections(argv.slice(1), process.stdout);
+  if (argv[0] === 'trace') {
+    const stop = new AbortController();
+    process.once('SIGINT', () => stop.abort());
+    process.once('SIGTERM', () => stop.abort());
+    return runTrace(argv.slice(1), process.stdout, stop.signal);
+  }
   let parsed: Awaited<ReturnType<typeof parseArgs>>;
   try {
     parsed = await parseArgs(argv);

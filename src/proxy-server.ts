@@ -12,8 +12,17 @@ import { chooseHostIP, type HostInfo, nodePortClaimHosts, readHostInfo } from '.
 import { IptablesPortals } from './netfilter/portal-programmer.ts';
 import { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
 import { PortAllocator, parsePortRange } from './proxier/port-allocator.ts';
+import {
+  CAP_NET_ADMIN,
+  hasCapability,
+  readEffectiveCapabilities,
+  readFdLimits,
+  udpSessionCap,
+} from './proxier/process-limits.ts';
 import type { PortalProgrammer } from './proxier/proxier.ts';
 import { Proxier } from './proxier/proxier.ts';
+import { registerResourceMetrics } from './proxier/resource-metrics.ts';
+import { resolveStateFile, StateFile } from './proxier/state-file.ts';
 import { DEFAULT_TCP_OPTIONS } from './relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS } from './relay/udp.ts';
 import { debugServices } from './server/debug.ts';
@@ -23,10 +32,13 @@ import type { ProxyMetrics } from './server/metrics.ts';
 import { createMetrics } from './server/metrics.ts';
 import { ProxyHealth } from './server/proxy-health.ts';
 import { ServiceHealthServer, type ServiceName } from './server/service-health.ts';
+import { traceRoutes } from './server/trace-routes.ts';
 import { KubernetesSource, loadKubeConfig } from './source/kubernetes.ts';
 import { ManifestSource } from './source/manifest.ts';
 import { ProxyState } from './state/proxy-state.ts';
 import type { IPFamily } from './state/service-port.ts';
+import { ConnectionTable } from './trace/connection-table.ts';
+import { createTracer, type Tracer } from './trace/tracer.ts';
 
 export type ProxyServerDeps = {
   log: Logger;
@@ -67,6 +79,13 @@ export class ProxyServer {
   /** The iptables portals; undefined with --no-iptables. */
   readonly portals: IptablesPortals | undefined;
   readonly #preferredPorts = new Map<string, number>();
+  readonly #fdLimits = readFdLimits();
+  /** The real iptables runs as this process: it needs NET_ADMIN (an injected one, in tests, does not). */
+  readonly #needsNetAdmin: boolean;
+  #stateFile: StateFile | undefined;
+  /** Active and recently closed connections, and the live trace stream (--trace). */
+  readonly connections: ConnectionTable;
+  readonly tracer: Tracer;
   manifest: ManifestSource | undefined;
   kubernetes: KubernetesSource | undefined;
   /** Health check node ports of LoadBalancer services with externalTrafficPolicy: Local. */
@@ -79,14 +98,22 @@ export class ProxyServer {
     this.config = config;
     this.log = deps.log;
     this.nodeName = config.hostnameOverride || (deps.hostname ?? '').toLowerCase();
+    this.#needsNetAdmin = config.iptables && deps.iptables === undefined;
     this.health = new ProxyHealth(2 * config.iptablesSyncPeriodMs);
     this.metrics = createMetrics(() => this.proxier);
+    registerResourceMetrics(this.metrics.registry, () => this.proxier);
     this.state = new ProxyState({
       nodeName: this.nodeName,
       warn: (msg, fields) => this.log.child({ component: 'state' }).warn(fields, msg),
       onChange: () => this.#queueSync(),
     });
     this.serviceHealth = new ServiceHealthServer({ log: this.log.child({ component: 'service-health' }) });
+    this.connections = new ConnectionTable({ maxRecent: config.traceRecentConnections });
+    this.tracer = createTracer({
+      mode: config.trace,
+      table: this.connections,
+      accessLog: config.accessLog ? this.log.child({ component: 'access' }) : undefined,
+    });
     const allocator = new PortAllocator(parsePortRange(config.proxyPortRange));
     let portals: PortalProgrammer | undefined;
     let nodePortHosts: (() => string[] | undefined) | undefined;
@@ -113,12 +140,14 @@ export class ProxyServer {
           ...DEFAULT_TCP_OPTIONS,
           idleTimeoutMs: config.tcpIdleTimeoutMs,
           halfCloseTimeoutMs: config.tcpHalfCloseTimeoutMs,
+          maxConnections: config.maxConnectionsPerService,
         },
         udp: {
           ...DEFAULT_UDP_OPTIONS,
           idleTimeoutMs: config.udpTimeoutMs,
           maxSessions: config.udpMaxSessions,
         },
+        udpMaxTotalSessions: udpSessionCap(config.udpMaxSessionsTotal, this.#fdLimits),
         claimNodePorts: config.iptables,
         outlier:
           config.outlierConsecutiveFailures > 0
@@ -136,6 +165,8 @@ export class ProxyServer {
         portals,
         log: this.log.child({ component: 'proxier' }),
         preferredPorts: this.#preferredPorts,
+        observerFor: this.tracer.observerFor,
+        onProxyPortsChanged: (ports) => this.#stateFile?.save(ports),
       },
     );
     this.runner = new BoundedFrequencyRunner(
@@ -201,6 +232,20 @@ export class ProxyServer {
 
   /** Starts the servers, the listener for the default IPv6 check, the source and the sync loop. */
   async start(): Promise<void> {
+    this.log.info(
+      {
+        soft: this.#fdLimits?.soft,
+        hard: this.#fdLimits?.hard,
+        udpMaxSessionsTotal: this.proxier.udpBudget?.max,
+      },
+      'File descriptor limit',
+    );
+    const caps = readEffectiveCapabilities();
+    if (this.#needsNetAdmin && caps !== undefined && !hasCapability(caps, CAP_NET_ADMIN))
+      throw new ProxyError(
+        'KUP_ERR_PERMISSION',
+        'missing capability NET_ADMIN, needed to write iptables rules (grant it, or run with --no-iptables)',
+      );
     await this.#startServers();
     if (this.config.bindAddress === '0.0.0.0' && !(await canListenDualStack())) {
       this.log.warn('IPv6 is not available; listening on IPv4 only');
@@ -214,6 +259,17 @@ export class ProxyServer {
           'Reusing the proxy ports of the rules in place',
         );
       }
+    }
+    // After the rules: the file wins, and it also covers --no-iptables, where there are no rules.
+    const stateFile = await resolveStateFile(this.config.stateFile);
+    if (stateFile !== undefined) {
+      this.#stateFile = new StateFile(stateFile, this.log.child({ component: 'state-file' }));
+      const ports = await this.#stateFile.load();
+      for (const [key, port] of ports) this.#preferredPorts.set(key, port);
+      this.log.info(
+        { file: stateFile, servicePorts: ports.size },
+        'Reusing the proxy ports of the state file',
+      );
     }
     if (this.config.manifest !== undefined) {
       this.manifest = new ManifestSource(
@@ -281,6 +337,7 @@ export class ProxyServer {
       // As kube-proxy's /configz: the effective configuration, keyed by its API group.
       '/configz': (_req, res) => sendJSON(res, 200, { 'kubeproxy.config.k8s.io': this.config }),
       '/healthz': (_req, res) => sendText(res, 200, 'ok'),
+      ...traceRoutes(this.tracer, this.connections),
       '/debug/services': (_req, res) =>
         sendJSON(
           res,
@@ -306,6 +363,7 @@ export class ProxyServer {
       const left = this.proxier.activeConnections();
       if (left > 0) this.log.warn({ connections: left }, 'Grace period over, closing connections');
       this.proxier.destroy();
+      await this.#stateFile?.flush();
       await Promise.all([
         this.metricsServer?.close(),
         this.healthServer?.close(),

@@ -13,6 +13,18 @@ export type Config = {
   udpTimeoutMs: number;
   /** Our addition: UDP sessions per service port before the idlest is evicted. */
   udpMaxSessions: number;
+  /**
+   * Our addition: UDP sessions across all service ports before the idlest is evicted; 0 = auto (half the
+   * file-descriptor limit, between 1024 and 65536).
+   */
+  udpMaxSessionsTotal: number;
+  /** Our addition: concurrent TCP connections per service port; past it new ones are closed. 0 = no cap. */
+  maxConnectionsPerService: number;
+  /**
+   * Our addition: where the proxy-port assignment is kept across restarts. undefined = the default path
+   * when its directory is writable (else none); '' = none.
+   */
+  stateFile: string | undefined;
   iptablesSyncPeriodMs: number;
   iptablesMinSyncPeriodMs: number;
   configSyncPeriodMs: number;
@@ -53,6 +65,10 @@ export type Config = {
   /** Our addition: how long shutdown waits for connections to finish. */
   shutdownGracePeriodMs: number;
   trace: TraceMode;
+  /** Our addition: one log line per closed connection (--access-log). */
+  accessLog: boolean;
+  /** Our addition: recently closed connections kept for /debug/connections. */
+  traceRecentConnections: number;
   /** Human-readable logs instead of JSON lines. */
   logFormat: 'json' | 'text';
 };
@@ -66,6 +82,9 @@ export const DEFAULT_CONFIG: Config = {
   proxyPortRange: '',
   udpTimeoutMs: 250,
   udpMaxSessions: 4096,
+  udpMaxSessionsTotal: 0,
+  maxConnectionsPerService: 0,
+  stateFile: undefined,
   iptablesSyncPeriodMs: 30_000,
   iptablesMinSyncPeriodMs: 1_000,
   configSyncPeriodMs: 15 * 60_000,
@@ -93,8 +112,13 @@ export const DEFAULT_CONFIG: Config = {
   outlierConsecutiveFailures: 3,
   outlierBaseEjectionMs: 5_000,
   trace: 'protocols',
+  accessLog: false,
+  traceRecentConnections: 1000,
   logFormat: 'json',
 };
+
+/** The state file used when --state-file is not given (only if its directory is writable). */
+export const DEFAULT_STATE_FILE = '/var/lib/kube-userspace-proxy/state.json';
 
 /** klog verbosity → pino level. */
 export function logLevel(verbosity: number): string {

@@ -5,7 +5,7 @@ import yargs from 'yargs';
 import type { ErrorCode } from '../errors.ts';
 import { ProxyError } from '../errors.ts';
 import type { Config } from './config.ts';
-import { DEFAULT_CONFIG } from './config.ts';
+import { DEFAULT_CONFIG, DEFAULT_STATE_FILE } from './config.ts';
 import { loadConfigFile } from './file.ts';
 import type { ValueSource } from './validate.ts';
 import {
@@ -70,7 +70,7 @@ export function buildParser(argv: string[]) {
   let parser = yargs(argv)
     .scriptName('kube-userspace-proxy')
     .usage(
-      '$0 [flags]\n\nKubernetes userspace kube-proxy: per-service-port listeners, iptables portals, round robin with ClientIP affinity.',
+      '$0 [flags]              run the proxy\n$0 connections [flags]  the live connection table of a running proxy (--help)\n$0 trace [flags]        its trace stream: HTTP requests, TLS SNI, DNS names (--help)\n\nKubernetes userspace kube-proxy: per-service-port listeners, iptables portals, round robin with ClientIP affinity.',
     )
     .strict()
     .parserConfiguration({
@@ -130,6 +130,21 @@ export function buildParser(argv: string[]) {
       type: 'number',
       defaultDescription: String(d.udpMaxSessions),
       describe: 'UDP sessions per service port before the idlest is evicted',
+    })
+    .option('udp-max-sessions-total', {
+      type: 'number',
+      defaultDescription: '0 (half the fd limit, 1024-65536)',
+      describe: 'UDP sessions across all service ports before the idlest is evicted',
+    })
+    .option('max-connections-per-service', {
+      type: 'number',
+      defaultDescription: '0 (no cap)',
+      describe: 'Concurrent TCP connections per service port; past it new ones are closed and counted',
+    })
+    .option('state-file', {
+      type: 'string',
+      defaultDescription: `${DEFAULT_STATE_FILE} if writable`,
+      describe: 'Keep the proxy-port assignment here across restarts (written atomically); "" = none',
     })
     .option('iptables-sync-period', {
       type: 'string',
@@ -238,6 +253,17 @@ export function buildParser(argv: string[]) {
       defaultDescription: dur(d.tcpHalfCloseTimeoutMs),
       describe: 'Close a half-closed TCP connection after this long without traffic',
     })
+    .option('access-log', {
+      type: 'boolean',
+      defaultDescription: String(d.accessLog),
+      describe:
+        'One log line per closed connection (service, client, endpoint, bytes, close reason, protocol facts)',
+    })
+    .option('trace-recent-connections', {
+      type: 'number',
+      defaultDescription: String(d.traceRecentConnections),
+      describe: 'Recently closed connections kept for /debug/connections',
+    })
     .option('outlier-consecutive-failures', {
       type: 'number',
       defaultDescription: String(d.outlierConsecutiveFailures),
@@ -310,6 +336,22 @@ function fromFlags(a: Args): Partial<Config> {
       'udpMaxSessions',
       checkInt(a['udp-max-sessions'], flag('udp-max-sessions'), 1, Number.MAX_SAFE_INTEGER),
     );
+  if (a['udp-max-sessions-total'] !== undefined)
+    put(
+      'udpMaxSessionsTotal',
+      checkInt(a['udp-max-sessions-total'], flag('udp-max-sessions-total'), 0, Number.MAX_SAFE_INTEGER),
+    );
+  if (a['max-connections-per-service'] !== undefined)
+    put(
+      'maxConnectionsPerService',
+      checkInt(
+        a['max-connections-per-service'],
+        flag('max-connections-per-service'),
+        0,
+        Number.MAX_SAFE_INTEGER,
+      ),
+    );
+  put('stateFile', a['state-file']?.trim());
   put('iptablesSyncPeriodMs', duration('iptables-sync-period', { positive: true }));
   put('iptablesMinSyncPeriodMs', duration('iptables-min-sync-period'));
   put('configSyncPeriodMs', duration('config-sync-period', { positive: true }));
@@ -345,6 +387,8 @@ function fromFlags(a: Args): Partial<Config> {
   put('tcpHalfCloseTimeoutMs', duration('tcp-half-close-timeout'));
   put('shutdownGracePeriodMs', duration('shutdown-grace-period'));
   put('outlierConsecutiveFailures', int32('outlier-consecutive-failures'));
+  put('accessLog', a['access-log']);
+  put('traceRecentConnections', int32('trace-recent-connections'));
   put('outlierBaseEjectionMs', duration('outlier-base-ejection-time', { positive: true }));
   put('logFormat', a['log-format']);
   if (a.v !== undefined) put('verbosity', checkInt(a.v, flag('v'), 0, Number.MAX_SAFE_INTEGER));

@@ -6,6 +6,7 @@ import { isProxyError, ProxyError } from '../errors.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
 import { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { Logger } from '../log.ts';
+import { FdPressure } from '../relay/fd-pressure.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
 import { noopObserver } from '../relay/observer.ts';
 import type { ServicePortContext } from '../relay/service-context.ts';
@@ -13,14 +14,16 @@ import { newServicePortStats } from '../relay/service-context.ts';
 import type { Connector, TcpRelayOptions } from '../relay/tcp.ts';
 import { TcpListener } from '../relay/tcp.ts';
 import type { UdpRelayOptions } from '../relay/udp.ts';
-import { UdpListener } from '../relay/udp.ts';
+import { UdpListener, UdpSessionBudget } from '../relay/udp.ts';
 import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
+import type { TimeSlices } from '../state/proxy-state.ts';
 import type { ServicePort, ServicePortKey } from '../state/service-port.ts';
 import { samePortals } from '../state/service-port.ts';
 import type { Snapshot } from '../state/snapshot.ts';
 import type { Clock } from './clock.ts';
 import { realClock } from './clock.ts';
 import type { PortAllocator } from './port-allocator.ts';
+import { Yielder } from './yielder.ts';
 
 /** A service port and the proxy port its traffic should be sent to. */
 export type PortalSpec = { readonly servicePort: ServicePort; readonly proxyPort: number };
@@ -39,6 +42,8 @@ export const noPortals: PortalProgrammer = { sync: async () => {} };
 /** Something that hands out the desired state: the state module's checkout(). */
 export interface SnapshotSource {
   checkout(): Snapshot;
+  /** checkout() in time slices; it must take the pending changes before its first await. */
+  checkoutAsync?(slices: TimeSlices): Promise<Snapshot>;
   readonly isInitialized: boolean;
 }
 
@@ -60,6 +65,8 @@ export type ProxierOptions = {
    * match); undefined = every address, one listener on `listenHost`.
    */
   nodePortHosts?: () => readonly string[] | undefined;
+  /** UDP sessions across all service ports (the idlest is evicted past it); undefined or 0 = no cap. */
+  udpMaxTotalSessions?: number;
 };
 
 export type ProxierDeps = {
@@ -74,6 +81,11 @@ export type ProxierDeps = {
   /** Proxy ports to reuse when free (`ns/name:port/PROTO` → port), e.g. read back from a previous
    * process's rules, so those rules stay valid across a restart. */
   preferredPorts?: ReadonlyMap<string, number>;
+  /**
+   * Called after a sync that opened or closed a listener, with every running service port's proxy port
+   * (`ns/name:port/PROTO` → port), e.g. to keep them in a state file. Not called when nothing moved.
+   */
+  onProxyPortsChanged?: (ports: ReadonlyMap<string, number>) => void;
 };
 
 /** What runs for one service port. */
@@ -116,6 +128,7 @@ export class Proxier {
   readonly #connect: Connector | undefined;
   readonly #observerFor: (sp: ServicePort) => ConnectionObserver;
   readonly #preferredPorts: ReadonlyMap<string, number>;
+  readonly #onProxyPortsChanged: ((ports: ReadonlyMap<string, number>) => void) | undefined;
   readonly #services = new Map<ServicePortKey, ServiceInfo>();
   /** Service ports that should run but could not be opened; retried every sync. */
   readonly #failed = new Map<ServicePortKey, ProxyError>();
@@ -125,6 +138,11 @@ export class Proxier {
   #lastFullSyncMs = Number.NEGATIVE_INFINITY;
   #needFullSync = true;
   #closed = false;
+  #portsChanged = false;
+  /** Descriptor exhaustion, shared by every listener (metrics read its counts). */
+  readonly fdPressure: FdPressure;
+  /** The cap on UDP sessions across service ports; undefined = none. */
+  readonly udpBudget: UdpSessionBudget | undefined;
   /** Timestamps for health and metrics (epoch ms; 0 = never). */
   lastSyncMs = 0;
   lastSyncResult: SyncResult | undefined;
@@ -139,6 +157,17 @@ export class Proxier {
     this.#connect = deps.connect;
     this.#observerFor = deps.observerFor ?? (() => noopObserver);
     this.#preferredPorts = deps.preferredPorts ?? new Map();
+    this.#onProxyPortsChanged = deps.onProxyPortsChanged;
+    this.fdPressure = new FdPressure(deps.log);
+    const total = options.udpMaxTotalSessions ?? 0;
+    this.udpBudget = total > 0 ? new UdpSessionBudget(total) : undefined;
+  }
+
+  /** Every running service port's proxy port, keyed `ns/name:port/PROTO` (the preferredPorts format). */
+  proxyPorts(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [key, info] of this.#services) out.set(key, info.proxyPort);
+    return out;
   }
 
   /** Service ports that are running, with their proxy ports and current endpoints. */
@@ -184,7 +213,15 @@ export class Proxier {
     if (this.#closed || !this.#source.isInitialized) return undefined;
     const started = this.#clock.now();
     const full = this.#needFullSync || started - this.#lastFullSyncMs >= this.#options.syncPeriodMs;
-    const snapshot = this.#source.checkout();
+    // Thousands of service ports at once would hold the event loop (the checkout, then binds that are
+    // synchronous, with awaits between them that never reach I/O): connections get a turn every few ms.
+    const yielder = new Yielder();
+    // The changes are taken synchronously, in this call (health counts on it); only the work is sliced.
+    const snapshot =
+      this.#source.checkoutAsync !== undefined
+        ? await this.#source.checkoutAsync(yielder)
+        : this.#source.checkout();
+    if (this.#closed) return undefined;
     this.#snapshot = snapshot;
     let opened = 0;
     let closed = 0;
@@ -199,6 +236,8 @@ export class Proxier {
       await this.#stop(info);
       if (info.servicePort.protocol === 'UDP') removedUDP.push(info.servicePort);
       closed++;
+      if (yielder.due) await yielder.turn();
+      if (this.#closed) return undefined;
     }
 
     // Added or changed service ports, and earlier failures.
@@ -217,6 +256,8 @@ export class Proxier {
         continue;
       }
       if (await this.#start(servicePort, snapshot.endpoints.get(key))) opened++;
+      if (yielder.due) await yielder.turn();
+      if (this.#closed) return undefined;
     }
 
     // Endpoint changes go to the balancers in place.
@@ -237,11 +278,18 @@ export class Proxier {
           await this.#releaseNodePort(info);
         if (info.nodePortClaim === undefined) await this.#claimNodePort(info, claimHosts);
       }
+      if (yielder.due) await yielder.turn();
+      if (this.#closed) return undefined;
     }
 
     await this.#portals.sync(this.portals(), { full, removedUDP });
     if (full) this.#lastFullSyncMs = started;
     this.#needFullSync = false;
+    // After the rules: what a restart reads back should be what the rules in place point at.
+    if (this.#portsChanged) {
+      this.#portsChanged = false;
+      this.#onProxyPortsChanged?.(this.proxyPorts());
+    }
     const result: SyncResult = {
       full,
       durationMs: this.#clock.now() - started,
@@ -335,6 +383,12 @@ export class Proxier {
     };
     try {
       const { listener, port } = await this.#listen(context);
+      if (this.#closed) {
+        // Closed while this one was binding: it is not ours to keep.
+        listener.destroy();
+        this.#allocator.release(port);
+        return false;
+      }
       this.#services.set(servicePort.key, {
         servicePort,
         context,
@@ -343,6 +397,7 @@ export class Proxier {
         nodePortClaim: undefined,
         nodePortError: undefined,
       });
+      this.#portsChanged = true;
       if (this.#failed.delete(servicePort.key))
         this.#log.info({ service: servicePort.key, proxyPort: port }, 'Service port recovered');
       this.#log.info(
@@ -427,7 +482,13 @@ export class Proxier {
   }
 
   #createListener(context: ServicePortContext, host = this.#options.listenHost): TcpListener | UdpListener {
-    const deps = { log: this.#log, connect: this.#connect, now: () => this.#clock.now() };
+    const deps = {
+      log: this.#log,
+      connect: this.#connect,
+      now: () => this.#clock.now(),
+      fdPressure: this.fdPressure,
+      budget: this.udpBudget,
+    };
     if (context.protocol === 'TCP') return new TcpListener(context, this.#options.tcp, deps);
     return new UdpListener(context, this.#options.udp, deps, host.includes(':') ? 'udp6' : 'udp4');
   }
@@ -445,6 +506,7 @@ export class Proxier {
 
   async #stop(info: ServiceInfo): Promise<void> {
     this.#services.delete(info.servicePort.key);
+    this.#portsChanged = true;
     await info.listener.close();
     await this.#releaseNodePort(info);
     this.#allocator.release(info.proxyPort);

@@ -22,6 +22,11 @@ export type ServicePortStats = {
   udpDatagramsDropped: number;
   /** Endpoints ejected by passive outlier detection. */
   ejections: number;
+  /**
+   * Connections closed at accept, and UDP sessions not opened, by reason: `limit`
+   * (--max-connections-per-service) or `fd-exhausted` (shed while file descriptors ran out).
+   */
+  rejected: Record<string, number>;
 };
 
 export function newServicePortStats(): ServicePortStats {
@@ -37,6 +42,7 @@ export function newServicePortStats(): ServicePortStats {
     udpSessionsEvicted: 0,
     udpDatagramsDropped: 0,
     ejections: 0,
+    rejected: {},
   };
 }
 
@@ -47,6 +53,11 @@ export type ServicePortContext = {
   readonly stats: ServicePortStats;
   observer: ConnectionObserver;
 };
+
+/** Counts one rejected connection or session under `reason`. */
+export function countRejected(stats: ServicePortStats, reason: string): void {
+  stats.rejected[reason] = (stats.rejected[reason] ?? 0) + 1;
+}
 
 export function countPick(stats: ServicePortStats, key: string): void {
   stats.picks.set(key, (stats.picks.get(key) ?? 0) + 1);

@@ -4,10 +4,11 @@
 import net from 'node:net';
 import type { Logger } from '../log.ts';
 import type { Endpoint } from '../state/endpoint.ts';
-import type { CloseReason, ConnectAttempt, ConnectionInfo } from './observer.ts';
+import { FdPressure, isFdExhausted } from './fd-pressure.ts';
+import type { CloseReason, ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
 import type { ServicePortContext } from './service-context.ts';
-import { countPick } from './service-context.ts';
+import { countPick, countRejected } from './service-context.ts';
 
 /** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
 export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
@@ -23,6 +24,8 @@ export type TcpRelayOptions = {
   backlog: number;
   /** TCP keep-alive initial delay on both sockets. */
   keepAliveDelayMs: number;
+  /** Concurrent connections per service port; past it new ones are closed at once. 0 = no cap. */
+  maxConnections: number;
 };
 
 export const DEFAULT_TCP_OPTIONS: TcpRelayOptions = {
@@ -31,13 +34,19 @@ export const DEFAULT_TCP_OPTIONS: TcpRelayOptions = {
   halfCloseTimeoutMs: 60_000,
   backlog: 4096,
   keepAliveDelayMs: 60_000,
+  maxConnections: 0,
 };
 
 export type TcpRelayDeps = {
   connect?: Connector;
   log: Logger;
   now?: () => number;
+  /** Shared by every listener of the process: descriptors run out for all of them at once. */
+  fdPressure?: FdPressure;
 };
+
+/** How often a listener may log that its connection cap turned connections away. */
+const LIMIT_LOG_INTERVAL_MS = 10_000;
 
 const kConn = Symbol('kup.connection');
 type ConnSocket = net.Socket & { [kConn]?: TcpConnection };
@@ -51,6 +60,7 @@ class TcpConnection implements ConnectionInfo {
   readonly id = nextConnectionId();
   readonly listener: TcpListener;
   readonly context: ServicePortContext;
+  readonly observer: ConnectionObserver;
   readonly client: ConnSocket;
   readonly clientAddress: string;
   readonly clientPort: number;
@@ -73,6 +83,8 @@ class TcpConnection implements ConnectionInfo {
   constructor(listener: TcpListener, client: net.Socket, now: number) {
     this.listener = listener;
     this.context = listener.context;
+    // Fixed for the connection's life: a tracing change of the service port applies to new connections.
+    this.observer = listener.context.observer;
     this.client = client;
     this.clientAddress = normalizeAddress(client.remoteAddress);
     this.clientPort = client.remotePort ?? 0;
@@ -156,6 +168,20 @@ class TcpConnection implements ConnectionInfo {
     const { stats, balancer } = this.context;
     stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
     this.failedAttempts.push({ endpoint: endpoint.key, error: err.code ?? err.message });
+    if (isFdExhausted(err)) {
+      // Our shortage, not the endpoint's: no ejection, no affinity reset, and no other endpoint would
+      // do better. Closing the client gives its descriptor back at once.
+      upstream[kConn] = undefined;
+      upstream.destroy();
+      this.upstream = undefined;
+      this.upstreamClosed = true;
+      this.endpoint = undefined;
+      this.listener.fdPressure.exhausted('connect', this.listener.now(), err);
+      stats.connectFailed++;
+      this.finish('connect-failed');
+      this.client.destroy();
+      return;
+    }
     balancer.resetAffinity(this.clientAddress, endpoint);
     const ejection = balancer.reportFailure(endpoint, this.listener.now());
     if (ejection !== undefined) {
@@ -201,13 +227,14 @@ class TcpConnection implements ConnectionInfo {
     const client = this.client;
     this.state = OPEN;
     this.context.balancer.reportSuccess(this.endpoint!);
+    this.listener.fdPressure.relieved();
     const idle = this.listener.options.idleTimeoutMs;
     upstream.setTimeout(idle);
     client.setTimeout(idle);
     if (idle > 0) client.on('timeout', onIdleTimeout);
     client.on('end', onClientEnd);
     upstream.on('end', onUpstreamEnd);
-    const observer = this.context.observer;
+    const observer = this.observer;
     observer.opened(this);
     if (observer.wantsData) {
       client.on('data', onClientData);
@@ -256,7 +283,7 @@ class TcpConnection implements ConnectionInfo {
       stats.bytesFromClients += this.client.bytesRead;
       stats.bytesToClients += this.client.bytesWritten;
     }
-    this.context.observer.closed(this);
+    this.observer.closed(this);
   }
 }
 
@@ -352,12 +379,12 @@ function onHalfCloseTimeout(this: net.Socket): void {
 
 function onClientData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
-  if (conn !== undefined) conn.context.observer.clientData?.(conn, chunk);
+  if (conn !== undefined) conn.observer.clientData?.(conn, chunk);
 }
 
 function onUpstreamData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
-  if (conn?.upstream === this) conn.context.observer.endpointData?.(conn, chunk);
+  if (conn?.upstream === this) conn.observer.endpointData?.(conn, chunk);
 }
 
 /** A listening TCP socket for one service port. */
@@ -367,11 +394,13 @@ export class TcpListener {
   readonly log: Logger;
   readonly connect: Connector;
   readonly now: () => number;
+  readonly fdPressure: FdPressure;
   readonly connections = new Set<TcpConnection>();
   /** Swapped by the proxier when the service port changes; read once per connection. */
   context: ServicePortContext;
   #port = 0;
   #closed = false;
+  #limitLoggedMs = Number.NEGATIVE_INFINITY;
 
   constructor(context: ServicePortContext, options: TcpRelayOptions, deps: TcpRelayDeps) {
     this.context = context;
@@ -379,6 +408,7 @@ export class TcpListener {
     this.log = deps.log;
     this.connect = deps.connect ?? (net.connect as Connector);
     this.now = deps.now ?? Date.now;
+    this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
     this.server = net.createServer(
       {
         allowHalfOpen: true,
@@ -404,10 +434,12 @@ export class TcpListener {
       };
       const onListening = () => {
         this.server.off('error', onError);
-        // Only now (accept errors such as EMFILE): a failed bind is the caller's to report, once.
-        this.server.on('error', (err) =>
-          this.log.error({ err, service: this.context.name }, 'Listener error'),
-        );
+        // Only now: a failed bind is the caller's to report, once. Current libuv sheds EMFILE on accept
+        // itself (accepts and closes); an older one reports it here, as often as it retries.
+        this.server.on('error', (err: NodeJS.ErrnoException) => {
+          if (isFdExhausted(err)) this.fdPressure.exhausted('accept', this.now(), err);
+          else this.log.error({ err, service: this.context.name }, 'Listener error');
+        });
         this.#port = (this.server.address() as net.AddressInfo).port;
         resolve();
       };
@@ -422,7 +454,18 @@ export class TcpListener {
       socket.destroy();
       return;
     }
-    const conn = new TcpConnection(this, socket, this.now());
+    const now = this.now();
+    const { stats } = this.context;
+    const max = this.options.maxConnections;
+    if (max > 0 && stats.active >= max) {
+      this.#reject(socket, 'limit', now);
+      return;
+    }
+    if (this.fdPressure.shedding(now)) {
+      this.#reject(socket, 'fd-exhausted', now);
+      return;
+    }
+    const conn = new TcpConnection(this, socket, now);
     (socket as ConnSocket)[kConn] = conn;
     socket.on('error', onClientError);
     socket.on('close', onClientClose);
@@ -430,6 +473,20 @@ export class TcpListener {
     conn.context.stats.accepted++;
     conn.context.stats.active++;
     conn.dial();
+  }
+
+  /** Closes a connection at once without dialling; counted, and logged at most once per interval. */
+  #reject(socket: net.Socket, reason: 'limit' | 'fd-exhausted', now: number): void {
+    socket.on('error', () => {});
+    socket.destroy();
+    countRejected(this.context.stats, reason);
+    if (reason === 'limit' && now - this.#limitLoggedMs >= LIMIT_LOG_INTERVAL_MS) {
+      this.#limitLoggedMs = now;
+      this.log.warn(
+        { service: this.context.name, limit: this.options.maxConnections },
+        'Connection limit reached, closing new connections',
+      );
+    }
   }
 
   /** Stops accepting. Established connections keep running until they end (as kube-proxy). */

@@ -1,14 +1,15 @@
 // UDP data path: one service socket per service port; one session per client ip:port with its own
 // connected upstream socket; replies go back out through the service socket (so REDIRECT/DNAT
 // conntrack rewrites their source to ClusterIP:port). Sessions expire after --udp-timeout without
-// traffic either way, and are capped per service port (the idlest is evicted).
+// traffic either way, and are capped per service port and in total (the idlest is evicted).
 import dgram from 'node:dgram';
 import type { Logger } from '../log.ts';
 import type { Endpoint } from '../state/endpoint.ts';
-import type { CloseReason, ConnectAttempt, ConnectionInfo } from './observer.ts';
+import { FdPressure, isFdExhausted } from './fd-pressure.ts';
+import type { CloseReason, ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
 import type { ServicePortContext } from './service-context.ts';
-import { countPick } from './service-context.ts';
+import { countPick, countRejected } from './service-context.ts';
 import type { Sweepable, Sweeper } from './sweeper.ts';
 import { sessionSweeper } from './sweeper.ts';
 
@@ -30,7 +31,18 @@ export const DEFAULT_UDP_OPTIONS: UdpRelayOptions = {
   socketBufferBytes: 4 << 20,
 };
 
-export type UdpRelayDeps = { log: Logger; sweeper?: Sweeper; now?: () => number };
+export type UdpRelayDeps = {
+  log: Logger;
+  sweeper?: Sweeper;
+  now?: () => number;
+  /** The cap across every UDP service port of the process; none when absent. */
+  budget?: UdpSessionBudget;
+  /** Shared by every listener of the process: descriptors run out for all of them at once. */
+  fdPressure?: FdPressure;
+};
+
+/** How many of the oldest sessions an eviction compares. */
+const EVICTION_LOOK = 64;
 
 const kSession = Symbol('kup.session');
 type SessionSocket = dgram.Socket & { [kSession]?: UdpSession };
@@ -41,6 +53,7 @@ class UdpSession implements ConnectionInfo {
   readonly key: string;
   readonly listener: UdpListener;
   readonly context: ServicePortContext;
+  readonly observer: ConnectionObserver;
   readonly clientAddress: string;
   /** The address as the service socket saw it (`::ffff:` form on a dual-stack socket): replies go there. */
   readonly replyAddress: string;
@@ -68,6 +81,8 @@ class UdpSession implements ConnectionInfo {
   ) {
     this.listener = listener;
     this.context = listener.context;
+    // Fixed for the session's life: a tracing change of the service port applies to new sessions.
+    this.observer = listener.context.observer;
     this.key = key;
     this.clientAddress = normalizeAddress(address);
     this.replyAddress = address;
@@ -110,11 +125,12 @@ class UdpSession implements ConnectionInfo {
     this.queue = null;
     this.upstream.close();
     this.listener.sessions.delete(this.key);
+    this.listener.budget?.delete(this);
     const stats = this.context.stats;
     stats.active--;
     stats.bytesFromClients += this.bytesFromClient;
     stats.bytesToClients += this.bytesToClient;
-    this.context.observer.closed(this);
+    this.observer.closed(this);
   }
 }
 
@@ -134,7 +150,7 @@ function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
   // The first reply proves the endpoint alive (UDP has no connect to succeed).
   if (session.bytesToClient === 0) session.context.balancer.reportSuccess(session.endpoint);
   session.bytesToClient += msg.length;
-  const observer = session.context.observer;
+  const observer = session.observer;
   if (observer.wantsData) observer.endpointData?.(session, msg);
   listener.socket.send(msg, session.clientPort, session.replyAddress);
 }
@@ -148,6 +164,12 @@ function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void 
   const { stats, balancer } = session.context;
   stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
   session.failedAttempts.push({ endpoint: session.endpoint.key, error: err.code ?? err.message });
+  if (isFdExhausted(err)) {
+    // No socket for the session: our shortage, not the endpoint's (no ejection, affinity kept).
+    session.listener.fdPressure.exhausted('udp-session', session.listener.now(), err);
+    session.close('error');
+    return;
+  }
   balancer.resetAffinity(session.clientAddress, session.endpoint);
   const now = session.listener.now();
   const ejection = balancer.reportFailure(session.endpoint, now);
@@ -166,6 +188,50 @@ function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void 
   session.close(reason === 'refused' ? 'endpoint-reset' : 'error');
 }
 
+/**
+ * The cap on UDP sessions across every service port: one session is one socket, so this bounds the
+ * descriptors a flood of client ports can take. Past it the idlest of the oldest sessions is evicted
+ * (not the new one refused: a flood of one-datagram clients would otherwise lock real clients out
+ * until the idle timeout). Sessions are kept in creation order; a bounded look keeps it O(1).
+ */
+export class UdpSessionBudget {
+  readonly max: number;
+  /** Sessions evicted to make room (metrics). */
+  evicted = 0;
+  readonly #sessions = new Set<UdpSession>();
+
+  constructor(max: number) {
+    this.max = max;
+  }
+
+  get size(): number {
+    return this.#sessions.size;
+  }
+
+  add(session: UdpSession): void {
+    this.#sessions.add(session);
+  }
+
+  delete(session: UdpSession): void {
+    this.#sessions.delete(session);
+  }
+
+  /** Evicts one session when the cap is reached, so that one more fits. */
+  makeRoom(): void {
+    if (this.#sessions.size < this.max) return;
+    let victim: UdpSession | undefined;
+    let looked = 0;
+    for (const s of this.#sessions) {
+      if (victim === undefined || s.lastActivityMs < victim.lastActivityMs) victim = s;
+      if (++looked === EVICTION_LOOK) break;
+    }
+    if (victim === undefined) return;
+    this.evicted++;
+    victim.context.stats.udpSessionsEvicted++;
+    victim.close('evicted');
+  }
+}
+
 /** The service socket of one UDP service port. */
 export class UdpListener implements Sweepable {
   readonly socket: dgram.Socket;
@@ -173,6 +239,8 @@ export class UdpListener implements Sweepable {
   readonly log: Logger;
   readonly now: () => number;
   readonly sessions = new Map<string, UdpSession>();
+  readonly budget: UdpSessionBudget | undefined;
+  readonly fdPressure: FdPressure;
   readonly #sweeper: Sweeper;
   /** Swapped by the proxier when the service port changes. */
   context: ServicePortContext;
@@ -190,6 +258,8 @@ export class UdpListener implements Sweepable {
     this.log = deps.log;
     this.now = deps.now ?? Date.now;
     this.#sweeper = deps.sweeper ?? sessionSweeper;
+    this.budget = deps.budget;
+    this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
     this.socket = dgram.createSocket({ type, reuseAddr: false });
     this.socket.on('message', (msg, rinfo) => this.#onMessage(msg, rinfo));
   }
@@ -229,7 +299,7 @@ export class UdpListener implements Sweepable {
       if (session === undefined) return;
     }
     session.lastActivityMs = now;
-    const observer = session.context.observer;
+    const observer = session.observer;
     if (observer.wantsData) observer.clientData?.(session, msg);
     session.send(msg);
   }
@@ -244,14 +314,21 @@ export class UdpListener implements Sweepable {
         this.log.debug({ service: context.name, client: key }, 'No endpoints, datagram dropped');
       return undefined;
     }
+    if (this.fdPressure.shedding(now)) {
+      countRejected(context.stats, 'fd-exhausted');
+      context.stats.udpDatagramsDropped++;
+      return undefined;
+    }
     if (this.sessions.size >= this.options.maxSessions) this.#evictIdlest(now);
+    this.budget?.makeRoom();
     countPick(context.stats, endpoint.key);
     const session = new UdpSession(this, key, rinfo.address, rinfo.port, endpoint, now);
     this.sessions.set(key, session);
+    this.budget?.add(session);
     context.stats.accepted++;
     context.stats.active++;
     if (this.sessions.size === 1) this.#sweeper.add(this);
-    context.observer.opened(session);
+    session.observer.opened(session);
     return session;
   }
 
@@ -263,7 +340,7 @@ export class UdpListener implements Sweepable {
     let looked = 0;
     for (const s of this.sessions.values()) {
       if (victim === undefined || s.lastActivityMs < victim.lastActivityMs) victim = s;
-      if (++looked === 64) break;
+      if (++looked === EVICTION_LOOK) break;
     }
     if (victim !== undefined) {
       this.context.stats.udpSessionsEvicted++;

@@ -1,14 +1,16 @@
 // The embedded default source: Service and EndpointSlice objects from a YAML or JSON file (several
 // documents, or a `kind: List`), exactly as the API has them. The file is validated as a whole; a broken
 // file is reported once, with its location, and the last good state keeps serving. Changes (also
-// editors that replace the file) are applied within a second.
+// editors that replace the file) are applied within a second. A huge file is parsed, validated and
+// applied in slices of a few milliseconds (documents, items), so the data path keeps its event loop.
 import { createHash } from 'node:crypto';
 import { type FSWatcher, watch as fsWatch, unwatchFile, watchFile } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, resolve } from 'node:path';
-import { LineCounter, parseAllDocuments } from 'yaml';
+import { Composer, type Document, LineCounter, Parser } from 'yaml';
 import { ProxyError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import { SLICE_MS, Yielder } from '../proxier/yielder.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import type { EndpointSlice, Node, Service } from './objects.ts';
 import { LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME } from './objects.ts';
@@ -29,27 +31,100 @@ export type ManifestOptions = {
   nodeName?: string;
 };
 
+/** How long manifest work may hold the event loop before it lets others run. */
+export const MANIFEST_SLICE_MS = SLICE_MS;
+
 /**
  * Parses and validates manifest text. Returns the objects, or throws KUP_ERR_MANIFEST_INVALID with one
- * message listing every problem with its line and column.
+ * message listing every problem with its line and column. Synchronous: see parseManifestAsync for big files.
  */
 export function parseManifest(text: string, file = 'manifest'): ManifestObjects {
   const lineCounter = new LineCounter();
-  const docs = parseAllDocuments(text, { lineCounter, uniqueKeys: true, prettyErrors: false });
-  const problems: string[] = [];
-  const where = (offset: number | undefined) => {
-    if (offset === undefined) return file;
-    const { line, col } = lineCounter.linePos(offset);
-    return `${file}:${line}:${col}`;
-  };
-  const objects: ManifestObjects = new Map();
-  if (!Array.isArray(docs)) return objects;
-  for (const doc of docs) {
-    for (const err of doc.errors) problems.push(`${where(err.pos[0])}: ${err.message.split('\n')[0]}`);
-    if (doc.errors.length > 0) continue;
-    const value: unknown = doc.toJS({ maxAliasCount: 100 });
-    if (value === null || value === undefined) continue;
-    const nodeAt = (path: (string | number)[]) => {
+  const collector = new Collector(file, lineCounter);
+  for (const doc of documents(text, lineCounter)) {
+    for (const item of collector.items(doc)) collector.add(item);
+  }
+  return collector.result();
+}
+
+/**
+ * parseManifest without holding the event loop for more than about `sliceMs` at a time: the work is
+ * done a document (and a List item) at a time. A JSON file is read with JSON.parse (some 100 times
+ * faster than the YAML parser: 20,000 objects in ~30 ms, where YAML takes seconds); only when it has a
+ * problem is it parsed again as YAML, for the locations (and JSON's duplicate keys keep the last value).
+ * YAML's unit of work is a document: a single huge `kind: List` document in YAML form is still parsed in
+ * one go (use JSON, or one document per object, for those).
+ */
+export async function parseManifestAsync(
+  text: string,
+  file = 'manifest',
+  sliceMs = MANIFEST_SLICE_MS,
+): Promise<ManifestObjects> {
+  const yielder = new Yielder(sliceMs);
+  const json = /^\s*[[{]/.test(text) ? tryJSON(text) : undefined;
+  if (json !== undefined) {
+    const collector = new Collector(file, undefined);
+    for (const item of collector.itemsOf(json.value, () => undefined)) {
+      collector.add(item);
+      if (yielder.due) await yielder.turn();
+    }
+    if (collector.problems.length === 0) return collector.result();
+  }
+  const lineCounter = new LineCounter();
+  const collector = new Collector(file, lineCounter);
+  for (const doc of documents(text, lineCounter)) {
+    for (const item of collector.items(doc)) {
+      collector.add(item);
+      if (yielder.due) await yielder.turn();
+    }
+    if (yielder.due) await yielder.turn();
+  }
+  return collector.result();
+}
+
+function tryJSON(text: string): { value: unknown } | undefined {
+  try {
+    return { value: JSON.parse(text) };
+  } catch {
+    return undefined; // the YAML parser says where
+  }
+}
+
+/** The documents of a YAML stream, composed one at a time (parseAllDocuments, lazily). */
+function* documents(text: string, lineCounter: LineCounter): Generator<Document.Parsed> {
+  const parser = new Parser(lineCounter.addNewLine);
+  const composer = new Composer({ uniqueKeys: true, prettyErrors: false });
+  yield* composer.compose(parser.parse(text));
+}
+
+/** Where a path of a document starts (an offset in the text), if known. */
+type Locate = (path: (string | number)[]) => number | undefined;
+type Item = { obj: unknown; path: (string | number)[]; locate: Locate };
+
+/** Collects the objects of a manifest and every problem, with its location when there is a YAML tree. */
+class Collector {
+  readonly file: string;
+  readonly lineCounter: LineCounter | undefined;
+  readonly problems: string[] = [];
+  readonly objects: ManifestObjects = new Map();
+
+  constructor(file: string, lineCounter: LineCounter | undefined) {
+    this.file = file;
+    this.lineCounter = lineCounter;
+  }
+
+  where(offset: number | undefined): string {
+    if (offset === undefined || this.lineCounter === undefined) return this.file;
+    const { line, col } = this.lineCounter.linePos(offset);
+    return `${this.file}:${line}:${col}`;
+  }
+
+  /** The objects of one YAML document (none when it has syntax errors: those are recorded). */
+  items(doc: Document.Parsed): Item[] {
+    for (const err of doc.errors)
+      this.problems.push(`${this.where(err.pos[0])}: ${err.message.split('\n')[0]}`);
+    if (doc.errors.length > 0) return [];
+    const locate: Locate = (path) => {
       const node = doc.getIn(path, true) as { range?: [number, number, number] } | undefined;
       if (node?.range) return node.range[0];
       // Fall back to the closest parent that exists.
@@ -59,9 +134,15 @@ export function parseManifest(text: string, file = 'manifest'): ManifestObjects 
       }
       return doc.contents?.range?.[0];
     };
-    const items: { obj: unknown; path: (string | number)[] }[] = [];
+    return this.itemsOf(doc.toJS({ maxAliasCount: 100 }), locate);
+  }
+
+  /** The objects of one document's value: an object, a List, or a typed list (`ServiceList`). */
+  itemsOf(value: unknown, locate: Locate): Item[] {
+    if (value === null || value === undefined) return [];
+    const items: Item[] = [];
     if (isRecord(value) && value.kind === 'List' && Array.isArray(value.items)) {
-      for (const [i, obj] of value.items.entries()) items.push({ obj, path: ['items', i] });
+      for (const [i, obj] of value.items.entries()) items.push({ obj, path: ['items', i], locate });
     } else if (
       isRecord(value) &&
       typeof value.kind === 'string' &&
@@ -74,29 +155,35 @@ export function parseManifest(text: string, file = 'manifest'): ManifestObjects 
         items.push({
           obj: isRecord(obj) && obj.kind === undefined ? { ...obj, kind: itemKind } : obj,
           path: ['items', i],
+          locate,
         });
       }
     } else {
-      items.push({ obj: value, path: [] });
+      items.push({ obj: value, path: [], locate });
     }
-    for (const { obj, path } of items) {
-      const entry = toEntry(obj, (p, message) =>
-        problems.push(`${where(nodeAt([...path, ...p]))}: ${message}`),
+    return items;
+  }
+
+  add({ obj, path, locate }: Item): void {
+    const entry = toEntry(obj, (p, message) =>
+      this.problems.push(`${this.where(locate([...path, ...p]))}: ${message}`),
+    );
+    if (entry === undefined) return;
+    if (this.objects.has(entry.key)) {
+      this.problems.push(
+        `${this.where(locate(path))}: duplicate ${entry.kind} ${entry.key.slice(entry.kind.length + 1)}`,
       );
-      if (entry === undefined) continue;
-      if (objects.has(entry.key)) {
-        problems.push(
-          `${where(nodeAt(path))}: duplicate ${entry.kind} ${entry.key.slice(entry.kind.length + 1)}`,
-        );
-        continue;
-      }
-      objects.set(entry.key, entry);
+      return;
     }
+    this.objects.set(entry.key, entry);
   }
-  if (problems.length > 0) {
-    throw new ProxyError('KUP_ERR_MANIFEST_INVALID', `invalid manifest: ${problems.join('; ')}`);
+
+  result(): ManifestObjects {
+    if (this.problems.length > 0) {
+      throw new ProxyError('KUP_ERR_MANIFEST_INVALID', `invalid manifest: ${this.problems.join('; ')}`);
+    }
+    return this.objects;
   }
-  return objects;
 }
 
 function toEntry(
@@ -181,8 +268,8 @@ export class ManifestSource {
    */
   async start(): Promise<void> {
     const text = await this.#read();
-    const objects = parseManifest(text, this.path);
-    this.#apply(objects);
+    const objects = await parseManifestAsync(text, this.path);
+    await this.#apply(objects);
     this.#hash = hash(text);
     this.#handlers.onServicesSynced();
     this.#handlers.onEndpointSlicesSynced();
@@ -255,9 +342,9 @@ export class ManifestSource {
           'KUP_ERR_MANIFEST_INVALID',
           'invalid manifest: the file is empty (being written?)',
         );
-      const objects = parseManifest(text, this.path);
+      const objects = await parseManifestAsync(text, this.path);
       this.#hash = h;
-      this.#apply(objects);
+      await this.#apply(objects);
       this.lastError = undefined;
       this.loads++;
       this.#log.info({ file: this.path, objects: objects.size }, 'Manifest reloaded');
@@ -276,23 +363,32 @@ export class ManifestSource {
     );
   }
 
-  /** Turns the difference between the current objects and `next` into handler events. */
-  #apply(next: ManifestObjects): void {
+  /**
+   * Turns the difference between the current objects and `next` into handler events, a slice at a time.
+   * A sync may run between slices, so the order keeps every intermediate state servable: slices before
+   * the Services that use them (a new Service comes with its endpoints), Services deleted before their
+   * slices (no Service is left without endpoints on the way out).
+   */
+  async #apply(next: ManifestObjects): Promise<void> {
     const prev = this.#current;
-    const isSelected = (e: Entry | undefined) => (e !== undefined && selected(e) ? e : undefined);
-    for (const [key, before] of prev) {
-      const b = isSelected(before);
-      const a = isSelected(next.get(key));
-      if (b !== undefined && a === undefined) this.#emit('delete', b);
-    }
-    for (const [key, after] of next) {
-      const a = isSelected(after);
-      if (a === undefined) continue;
-      const b = isSelected(prev.get(key));
-      if (b === undefined) this.#emit('add', a);
-      else if (b.json !== a.json) this.#emit('update', a, b);
-    }
     this.#current = next;
+    const isSelected = (e: Entry | undefined) => (e !== undefined && selected(e) ? e : undefined);
+    const yielder = new Yielder(MANIFEST_SLICE_MS);
+    const upserts = (kinds: readonly Kind[]) =>
+      [...next].filter(([, e]) => kinds.includes(e.kind) && isSelected(e) !== undefined);
+    const deletes = (kinds: readonly Kind[]) =>
+      [...prev].filter(([k, e]) => kinds.includes(e.kind) && isSelected(e) && !isSelected(next.get(k)));
+    for (const [key, after] of [...upserts(['EndpointSlice', 'Node']), ...upserts(['Service'])]) {
+      const before = isSelected(prev.get(key));
+      if (before === undefined) this.#emit('add', after);
+      else if (before.json !== after.json) this.#emit('update', after, before);
+      else continue;
+      if (yielder.due) await yielder.turn();
+    }
+    for (const [, before] of [...deletes(['Service']), ...deletes(['EndpointSlice', 'Node'])]) {
+      this.#emit('delete', before);
+      if (yielder.due) await yielder.turn();
+    }
   }
 
   #emit(op: 'add' | 'update' | 'delete', entry: Entry, old?: Entry): void {

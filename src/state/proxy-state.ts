@@ -43,6 +43,21 @@ export type ProxyStateOptions = {
   startTimeMs?: number;
 };
 
+/** Says when bulk work should give the event loop a turn (a Yielder); injected, so this stays pure. */
+export interface TimeSlices {
+  readonly due: boolean;
+  turn(): Promise<void>;
+}
+
+/** One checkout in progress: what it changed so far, and the Services whose endpoints it recomputes. */
+type CheckoutWork = {
+  readonly changedServicePorts: Set<ServicePortKey>;
+  readonly changedEndpoints: Set<ServicePortKey>;
+  readonly recompute: Set<ServiceKey>;
+  endpointsMutated: boolean;
+  readonly triggerTimes: number[];
+};
+
 type ServiceChange = { readonly previous: readonly ServicePort[]; current: readonly ServicePort[] };
 
 type Note = [msg: string, fields: Record<string, unknown>];
@@ -182,10 +197,37 @@ export class ProxyState implements ProxyHandlers {
    * checkout. Only Services that changed (or whose slices did) are recomputed.
    */
   checkout(): Snapshot {
-    const changedServicePorts = new Set<ServicePortKey>();
-    const changedEndpoints = new Set<ServicePortKey>();
-    const recompute = new Set<ServiceKey>(this.#zoneChanged ? this.#appliedPorts.keys() : []);
-    for (const service of this.#dirtyEndpoints) recompute.add(service);
+    const work = this.#take();
+    for (const service of work.recompute) this.#recompute(service, work);
+    return this.#finish(work);
+  }
+
+  /**
+   * checkout(), giving the event loop a turn whenever `slices` says one is due while endpoints are
+   * recomputed (10,000 new Services at once take over 100 ms). The pending changes are taken before the
+   * first turn: events that arrive during one are left for the next checkout (a slice change may also
+   * show in this one, when its Service is recomputed after it; the next applies it anyway).
+   */
+  async checkoutAsync(slices: TimeSlices): Promise<Snapshot> {
+    const work = this.#take();
+    for (const service of work.recompute) {
+      this.#recompute(service, work);
+      if (slices.due) await slices.turn();
+    }
+    return this.#finish(work);
+  }
+
+  // Applies the pending Service changes to the service ports and takes everything pending, so that
+  // events from here on belong to the next checkout.
+  #take(): CheckoutWork {
+    const work: CheckoutWork = {
+      changedServicePorts: new Set(),
+      changedEndpoints: new Set(),
+      recompute: new Set(this.#zoneChanged ? this.#appliedPorts.keys() : []),
+      endpointsMutated: false,
+      triggerTimes: [...this.#triggerTimes.values()].flat(),
+    };
+    for (const service of this.#dirtyEndpoints) work.recompute.add(service);
 
     for (const [service, change] of this.#pendingServices) {
       const before = new Map(change.previous.map((p) => [p.key, p]));
@@ -194,58 +236,61 @@ export class ProxyState implements ProxyHandlers {
         before.delete(port.key);
         if (old !== undefined && sameServicePort(old, port)) continue;
         this.#servicePorts.set(port.key, port);
-        changedServicePorts.add(port.key);
+        work.changedServicePorts.add(port.key);
       }
       for (const key of before.keys()) {
         this.#servicePorts.delete(key);
-        changedServicePorts.add(key);
+        work.changedServicePorts.add(key);
       }
       if (change.current.length > 0) this.#appliedPorts.set(service, change.current);
       else this.#appliedPorts.delete(service);
-      recompute.add(service);
+      work.recompute.add(service);
     }
 
-    let endpointsMutated = false;
-    for (const service of recompute) {
-      const ports = this.#appliedPorts.get(service) ?? [];
-      const merged = ports.length > 0 ? this.#slices.endpoints(service) : undefined;
-      const oldKeys = this.#endpointKeys.get(service) ?? [];
-      for (const port of ports) {
-        const next = categorizeEndpoints(merged?.get(port.key) ?? [], port, this.#nodeZone);
-        const old = this.#endpoints.get(port.key);
-        if (old !== undefined && sameServicePortEndpoints(old, next)) continue;
-        if (old !== undefined || next.all.length > 0) changedEndpoints.add(port.key);
-        this.#endpoints.set(port.key, next);
-        endpointsMutated = true;
-      }
-      const newKeys = ports.map((p) => p.key);
-      for (const key of oldKeys) {
-        if (newKeys.includes(key)) continue;
-        if ((this.#endpoints.get(key)?.all.length ?? 0) > 0) changedEndpoints.add(key);
-        this.#endpoints.delete(key);
-        endpointsMutated = true;
-      }
-      if (newKeys.length > 0) this.#endpointKeys.set(service, newKeys);
-      else this.#endpointKeys.delete(service);
-    }
-
-    const triggerTimes = [...this.#triggerTimes.values()].flat();
     this.#pendingServices.clear();
     this.#dirtyEndpoints.clear();
     this.#triggerTimes.clear();
     this.#pendingEndpointChanges = 0;
     this.#zoneChanged = false;
+    return work;
+  }
 
+  // The endpoints of one Service's ports, from the slices as they are now.
+  #recompute(service: ServiceKey, work: CheckoutWork): void {
+    const ports = this.#appliedPorts.get(service) ?? [];
+    const merged = ports.length > 0 ? this.#slices.endpoints(service) : undefined;
+    const oldKeys = this.#endpointKeys.get(service) ?? [];
+    for (const port of ports) {
+      const next = categorizeEndpoints(merged?.get(port.key) ?? [], port, this.#nodeZone);
+      const old = this.#endpoints.get(port.key);
+      if (old !== undefined && sameServicePortEndpoints(old, next)) continue;
+      if (old !== undefined || next.all.length > 0) work.changedEndpoints.add(port.key);
+      this.#endpoints.set(port.key, next);
+      work.endpointsMutated = true;
+    }
+    const newKeys = ports.map((p) => p.key);
+    for (const key of oldKeys) {
+      if (newKeys.includes(key)) continue;
+      if ((this.#endpoints.get(key)?.all.length ?? 0) > 0) work.changedEndpoints.add(key);
+      this.#endpoints.delete(key);
+      work.endpointsMutated = true;
+    }
+    if (newKeys.length > 0) this.#endpointKeys.set(service, newKeys);
+    else this.#endpointKeys.delete(service);
+  }
+
+  #finish(work: CheckoutWork): Snapshot {
     const previous = this.#snapshot;
     this.#snapshot = {
       servicePorts:
-        previous === undefined || changedServicePorts.size > 0
+        previous === undefined || work.changedServicePorts.size > 0
           ? new Map(this.#servicePorts)
           : previous.servicePorts,
-      endpoints: previous === undefined || endpointsMutated ? new Map(this.#endpoints) : previous.endpoints,
-      changedServicePorts,
-      changedEndpoints,
-      triggerTimes,
+      endpoints:
+        previous === undefined || work.endpointsMutated ? new Map(this.#endpoints) : previous.endpoints,
+      changedServicePorts: work.changedServicePorts,
+      changedEndpoints: work.changedEndpoints,
+      triggerTimes: work.triggerTimes,
     };
     return this.#snapshot;
   }

@@ -102,6 +102,11 @@ test('metrics: kube-proxy names present, per service port counters move with tra
   assert.equal(metricValue(after, 'kup_service_bytes_total', `${labels},direction="to_client"`), 15);
   assert.ok(metricValue(after, 'kup_service_endpoint_picks_total', labels) === 5);
   assert.equal((await get('metrics', '/proxyMode')).text, 'userspace');
+  // Tracing is on by default: the connections are in the table with their endpoint and close reason.
+  const table = JSON.parse((await get('metrics', '/debug/connections?service=default/web')).text);
+  assert.equal(table.recent.length, 5);
+  assert.equal(table.recent[0].service, 'default/web:http');
+  assert.match(table.recent[0].endpoint, /^127\.0\.0\.11:\d+$/);
   const configz = JSON.parse((await get('metrics', '/configz')).text);
   assert.equal(configz['kubeproxy.config.k8s.io'].iptablesSyncPeriodMs, 30_000);
 });

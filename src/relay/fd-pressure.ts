@@ -1,0 +1,83 @@
+// Running out of file descriptors (EMFILE/ENFILE), process-wide: counts where it happened, logs at most
+// once per interval, and says when new connections should be shed for a moment. Node cannot pause
+// accept(): on EMFILE libuv itself accepts and closes what it has no descriptor for (its reserve-fd
+// trick, unseen by us), so closing what we did accept, for a back-off, is the closest thing to it.
+import type { Logger } from '../log.ts';
+
+/** Where a descriptor was missing. */
+export type FdOperation = 'accept' | 'connect' | 'udp-session';
+
+export type FdPressureOptions = {
+  /** First shed period; doubles while descriptors stay short, up to `maxBackoffMs`. */
+  baseBackoffMs: number;
+  maxBackoffMs: number;
+  /** At most one log line per this interval (with the count of what it summarises). */
+  logIntervalMs: number;
+};
+
+export const DEFAULT_FD_PRESSURE_OPTIONS: FdPressureOptions = {
+  baseBackoffMs: 100,
+  maxBackoffMs: 1000,
+  logIntervalMs: 5000,
+};
+
+/** True for the errors that mean "no file descriptor left" (per process or system-wide). */
+export function isFdExhausted(err: NodeJS.ErrnoException | undefined): boolean {
+  return err?.code === 'EMFILE' || err?.code === 'ENFILE';
+}
+
+export class FdPressure {
+  readonly options: FdPressureOptions;
+  readonly #log: Logger | undefined;
+  /** Exhaustion events by operation (metrics read these). */
+  readonly counts: Record<FdOperation, number> = { accept: 0, connect: 0, 'udp-session': 0 };
+  /** Connections or sessions turned away while shedding. */
+  shed = 0;
+  #untilMs = 0;
+  #backoffMs: number;
+  #loggedMs = Number.NEGATIVE_INFINITY;
+  #unlogged = 0;
+
+  constructor(log?: Logger, options: FdPressureOptions = DEFAULT_FD_PRESSURE_OPTIONS) {
+    this.#log = log;
+    this.options = options;
+    this.#backoffMs = options.baseBackoffMs;
+  }
+
+  /** A descriptor was missing for `op`: count it, start (or lengthen) the shed period, log if due. */
+  exhausted(op: FdOperation, nowMs: number, err?: NodeJS.ErrnoException): void {
+    this.counts[op]++;
+    // Within a shed period that is still running, the back-off already grew for this episode.
+    if (nowMs >= this.#untilMs) {
+      this.#untilMs = nowMs + this.#backoffMs;
+      this.#backoffMs = Math.min(this.options.maxBackoffMs, this.#backoffMs * 2);
+    }
+    this.#unlogged++;
+    if (this.#log !== undefined && nowMs - this.#loggedMs >= this.options.logIntervalMs) {
+      this.#log.warn(
+        {
+          operation: op,
+          code: err?.code,
+          events: this.#unlogged,
+          shedForMs: this.#untilMs - nowMs,
+          counts: { ...this.counts },
+        },
+        'Out of file descriptors, shedding new connections',
+      );
+      this.#loggedMs = nowMs;
+      this.#unlogged = 0;
+    }
+  }
+
+  /** A descriptor was had again (a connect succeeded): the next episode starts at the base back-off. */
+  relieved(): void {
+    this.#backoffMs = this.options.baseBackoffMs;
+  }
+
+  /** True while new connections should be closed at once (and counts one as shed). */
+  shedding(nowMs: number): boolean {
+    if (nowMs >= this.#untilMs) return false;
+    this.shed++;
+    return true;
+  }
+}
