@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { type FSWatcher, watch as fsWatch, unwatchFile, watchFile } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, resolve } from 'node:path';
+import { load as loadYaml } from 'js-yaml';
 import { Composer, type Document, LineCounter, Parser } from 'yaml';
 import { ProxyError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -59,8 +60,11 @@ export async function parseManifestAsync(
   text: string,
   file = 'manifest',
   sliceMs = MANIFEST_SLICE_MS,
+  cache?: DocumentCache,
 ): Promise<ManifestObjects> {
   const yielder = new Yielder(sliceMs);
+  const fast = /^\s*[[{]/.test(text) ? undefined : await fastYaml(text, cache ?? new Map(), yielder);
+  if (fast !== undefined) return fast;
   const json = /^\s*[[{]/.test(text) ? tryJSON(text) : undefined;
   if (json !== undefined) {
     const collector = new Collector(file, undefined);
@@ -80,6 +84,53 @@ export async function parseManifestAsync(
     if (yielder.due) await yielder.turn();
   }
   return collector.result();
+}
+
+/** The validated entries of each YAML document text seen in the last good load (reloads reuse them). */
+export type DocumentCache = Map<string, Entry[]>;
+
+// A line that starts or ends a document. YAML forbids such a line inside a document (even in a block
+// scalar), so splitting the text on them gives the same documents as the parser.
+const DOCUMENT_MARKER = /^(?:---|\.\.\.)(?:[ \t][^\n]*)?$/m;
+
+/**
+ * The fast path for YAML: js-yaml (5-10 times faster than the `yaml` parser) on one document at a time,
+ * each document's entries cached by its text, so a reload of a 20,000-object file with one change parses
+ * one document. Undefined when anything is off (a syntax error, a problem, a duplicate, a directive): the
+ * caller then takes the `yaml` path, which reports every problem with its line and column.
+ */
+async function fastYaml(
+  text: string,
+  cache: DocumentCache,
+  yielder: Yielder,
+): Promise<ManifestObjects | undefined> {
+  if (/^%/m.test(text)) return undefined;
+  const objects: ManifestObjects = new Map();
+  const seen: DocumentCache = new Map();
+  for (const part of text.split(DOCUMENT_MARKER)) {
+    let entries = cache.get(part) ?? seen.get(part);
+    if (entries === undefined) {
+      let value: unknown;
+      try {
+        value = loadYaml(part);
+      } catch {
+        return undefined;
+      }
+      const collector = new Collector('', undefined);
+      for (const item of collector.itemsOf(value, () => undefined)) collector.add(item);
+      if (collector.problems.length > 0) return undefined;
+      entries = [...collector.objects.values()];
+    }
+    seen.set(part, entries);
+    for (const entry of entries) {
+      if (objects.has(entry.key)) return undefined;
+      objects.set(entry.key, entry);
+    }
+    if (yielder.due) await yielder.turn();
+  }
+  cache.clear();
+  for (const [part, entries] of seen) cache.set(part, entries);
+  return objects;
 }
 
 function tryJSON(text: string): { value: unknown } | undefined {
@@ -242,6 +293,7 @@ export class ManifestSource {
   readonly #pollMs: number;
   readonly #nodeName: string | undefined;
   #current: ManifestObjects = new Map();
+  readonly #documents: DocumentCache = new Map();
   #hash = '';
   #watcher: FSWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -268,7 +320,7 @@ export class ManifestSource {
    */
   async start(): Promise<void> {
     const text = await this.#read();
-    const objects = await parseManifestAsync(text, this.path);
+    const objects = await parseManifestAsync(text, this.path, MANIFEST_SLICE_MS, this.#documents);
     await this.#apply(objects);
     this.#hash = hash(text);
     this.#handlers.onServicesSynced();
@@ -342,7 +394,7 @@ export class ManifestSource {
           'KUP_ERR_MANIFEST_INVALID',
           'invalid manifest: the file is empty (being written?)',
         );
-      const objects = await parseManifestAsync(text, this.path);
+      const objects = await parseManifestAsync(text, this.path, MANIFEST_SLICE_MS, this.#documents);
       this.#hash = h;
       await this.#apply(objects);
       this.lastError = undefined;
