@@ -159,7 +159,7 @@ export function createMetrics(getProxier: () => Proxier | undefined): ProxyMetri
   );
   perService(
     'kup_udp_sessions_evicted_total',
-    'UDP sessions evicted because the per-service cap was reached',
+    'UDP sessions evicted because the per-service or total cap was reached',
     'counter',
     [],
     (set) =>
