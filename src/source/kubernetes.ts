@@ -4,6 +4,7 @@
 import { HttpMethod, KubeConfig, RequestContext } from '@kubernetes/client-node';
 import { Agent, type Dispatcher, fetch, type Response } from 'undici';
 import type { Logger } from '../log.ts';
+import { Yielder } from '../proxier/yielder.ts';
 import { VERSION } from '../version.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import type { EndpointSlice, Node, ObjectMeta, Service } from './objects.ts';
@@ -317,15 +318,20 @@ class Reflector {
       }
     });
     this.#attempt = 0;
-    this.#reconcile(items, rv);
+    await this.#reconcile(items, rv);
   }
 
-  /** Turns a complete list into events against the cache: deletes, then adds and updates (by RV). */
-  #reconcile(items: readonly unknown[], rv: string): void {
+  /**
+   * Turns a complete list into events against the cache: deletes, then adds and updates (by RV). A list
+   * of 10,000 objects is handled in ~10 ms slices, so the data path keeps its event loop.
+   */
+  async #reconcile(items: readonly unknown[], rv: string): Promise<void> {
+    const yielder = new Yielder();
     const listed = new Map<string, KubeObject>();
     for (const item of items) {
       const obj = this.#accept(item, 'list item');
       if (obj !== undefined) listed.set(keyOf(obj), obj);
+      if (yielder.due) await yielder.turn();
     }
     let added = 0;
     let updated = 0;
@@ -335,6 +341,7 @@ class Reflector {
       this.#cache.delete(key);
       deleted++;
       this.#emit('delete', old);
+      if (yielder.due) await yielder.turn();
     }
     for (const [key, obj] of listed) {
       const old = this.#cache.get(key);
@@ -347,6 +354,7 @@ class Reflector {
         updated++;
         this.#emit('update', obj, old);
       }
+      if (yielder.due) await yielder.turn();
     }
     this.#rv = rv;
     this.#log.info({ count: listed.size, added, updated, deleted }, 'Relisted');
