@@ -270,19 +270,24 @@ export class Proxier {
     const now = this.#clock.now();
     const claimHosts = this.#options.nodePortHosts?.() ?? [this.#options.listenHost];
     const claimKey = claimHosts.join(' ');
+    // The rules depend on service ports, their proxy ports and NodePort claims only: a sync that changed
+    // none of them (an endpoint or affinity change) does not touch iptables, so it takes effect at once.
+    let portalsChanged = full || snapshot.changedServicePorts.size > 0 || this.#failed.size > 0;
     for (const info of this.#services.values()) {
       info.context.balancer.cleanupStaleStickySessions(now);
       if (this.#options.claimNodePorts && info.servicePort.nodePort !== 0) {
+        const before = info.nodePortClaim;
         // The node's addresses changed: hold the NodePort where the rules now match.
         if (info.nodePortClaim !== undefined && info.nodePortClaim.hosts !== claimKey)
           await this.#releaseNodePort(info);
         if (info.nodePortClaim === undefined) await this.#claimNodePort(info, claimHosts);
+        if (info.nodePortClaim !== before) portalsChanged = true;
       }
       if (yielder.due) await yielder.turn();
       if (this.#closed) return undefined;
     }
 
-    await this.#portals.sync(this.portals(), { full, removedUDP });
+    if (portalsChanged) await this.#portals.sync(this.portals(), { full, removedUDP });
     if (full) this.#lastFullSyncMs = started;
     this.#needFullSync = false;
     // After the rules: what a restart reads back should be what the rules in place point at.

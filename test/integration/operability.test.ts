@@ -148,3 +148,40 @@ test('/healthz turns unhealthy when syncs stall, and healthy again when they res
     'the queued change',
   );
 });
+
+test('an endpoint-only change does not touch iptables; a service change does', async (t) => {
+  const restores: string[] = [];
+  const iptables: Iptables = {
+    restore: async (_family, text) => {
+      restores.push(text);
+    },
+    save: async () => '',
+    missingJumps: async () => [],
+    cleanup: async () => {},
+    flushConntrackUDP: async () => {},
+  };
+  const { server, write } = await start(t, {}, iptables);
+  await waitFor(
+    () => server.proxier.get('default/web:http/TCP' as never) !== undefined && restores.length > 0,
+    3000,
+    'first sync',
+  );
+  const before = restores.length;
+  // Same services, one endpoint more: balancers change, rules do not.
+  server.state.onEndpointSliceAdd({
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: { name: 'web-2', namespace: 'default', labels: { 'kubernetes.io/service-name': 'web' } },
+    addressType: 'IPv4',
+    ports: [{ name: 'http', protocol: 'TCP', port: 8080 }],
+    endpoints: [{ addresses: ['127.0.0.12'] }],
+  });
+  await waitFor(
+    () => server.proxier.get('default/web:http/TCP' as never)?.endpoints.length === 2,
+    3000,
+    'endpoint change',
+  );
+  assert.equal(restores.length, before, 'no restore for an endpoint change');
+  await write('api');
+  await waitFor(() => restores.length > before, 3000, 'a restore for a new service');
+});
