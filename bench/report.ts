@@ -1,0 +1,362 @@
+// The benchmark's results as a person reads them: the machine, every measure's median per target, the
+// ratios the performance goals are about, and what looked wrong (errors, spread between rounds).
+// Pure apart from `describeMachine`, which asks the tools for their versions.
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { cpus, hostname, release, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { VERSION } from '../src/version.ts';
+import { type MeasureResult, medians, type Sample } from './measures.ts';
+import type { TargetName } from './rig.ts';
+import { median, versionOf } from './tools.ts';
+
+export type Machine = {
+  host: string;
+  cores: number;
+  cpu: string;
+  memoryGiB: number;
+  kernel: string;
+  node: string;
+  proxy: string;
+  tools: Record<string, string>;
+};
+
+export type Results = {
+  date: string;
+  machine: Machine;
+  options: { rounds: number; seconds: number; quick: boolean; only: string[] };
+  measures: MeasureResult[];
+  proxies: { name: string; crashed: boolean; warnings: number; sample: string[] }[];
+  /** CPU use of the whole machine (% of all cores) in the 2 s before the run, and its top processes. */
+  busyBefore: { percent: number; top: string[] };
+  notes: string[];
+  durationSeconds: number;
+};
+
+function toolVersion(cmd: string, args: string[]): string {
+  const r = spawnSync(cmd, args, { encoding: 'utf8' });
+  if (r.error) return 'missing';
+  const text = `${r.stdout ?? ''}${r.stderr ?? ''}`;
+  const m = /Version\s+(\d[\w.+~-]*)/.exec(text);
+  return m ? m[1]! : versionOf(text);
+}
+
+/**
+ * A short hash of the proxy's source as it is on disk (src/, bin/): a commit marked -dirty says little,
+ * and others may change the tree while a benchmark runs.
+ */
+export function sourceHash(): string {
+  const root = new URL('..', import.meta.url).pathname;
+  const hash = createHash('sha256');
+  const walk = (dir: string) => {
+    for (const e of readdirSync(join(root, dir), { withFileTypes: true }).sort((a, b) =>
+      a.name.localeCompare(b.name),
+    )) {
+      const rel = join(dir, e.name);
+      if (e.isDirectory()) walk(rel);
+      else hash.update(rel).update(readFileSync(join(root, rel)));
+    }
+  };
+  walk('src');
+  walk('bin');
+  return hash.digest('hex').slice(0, 12);
+}
+
+/** Cores, CPU model, kernel, Node, the proxy's version and commit, and every tool's version. */
+export function describeMachine(): Machine {
+  const git = spawnSync('git', ['describe', '--always', '--dirty'], {
+    encoding: 'utf8',
+    cwd: new URL('..', import.meta.url).pathname,
+  });
+  const commit = git.status === 0 ? git.stdout.trim() : 'unknown';
+  return {
+    host: hostname(),
+    cores: cpus().length,
+    cpu: cpus()[0]?.model ?? 'unknown',
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    kernel: release(),
+    node: process.version,
+    proxy: `${VERSION} (${commit}, source ${sourceHash()})`,
+    tools: {
+      iperf3: toolVersion('iperf3', ['--version']),
+      wrk: toolVersion('wrk', ['-v']),
+      dnsperf: toolVersion('dnsperf', ['-h']),
+      haproxy: toolVersion('haproxy', ['-v']),
+      nginx: toolVersion('nginx', ['-v']),
+      dnsmasq: toolVersion('dnsmasq', ['-v']),
+      iptables: `${toolVersion('iptables', ['--version'])}${/nf_tables/.test(spawnSync('iptables', ['--version'], { encoding: 'utf8' }).stdout ?? '') ? ' (nf_tables)' : ' (legacy)'}`,
+    },
+  };
+}
+
+const COLUMNS: readonly { target: TargetName; label: string }[] = [
+  { target: 'direct', label: 'direct' },
+  { target: 'proxy', label: 'proxy' },
+  { target: 'proxy-notrace', label: 'proxy --trace=none' },
+  { target: 'haproxy', label: 'HAProxy' },
+  { target: 'nginx', label: 'nginx stream' },
+];
+
+function fmt(v: number | undefined, digits = 2): string {
+  if (v === undefined || Number.isNaN(v)) return '–';
+  if (Math.abs(v) >= 1000) return Math.round(v).toLocaleString('en');
+  if (Math.abs(v) >= 100) return v.toFixed(0);
+  return v.toFixed(digits);
+}
+
+/** Rows of the traffic table: measure, value key, label, digits. */
+const TRAFFIC_ROWS: readonly { measure: string; key: string; label: string; digits?: number }[] = [
+  { measure: 'tcp-1', key: 'gbps', label: '1 TCP stream, Gbit/s' },
+  { measure: 'tcp-8', key: 'gbps', label: '8 TCP streams, Gbit/s' },
+  { measure: 'http-keepalive', key: 'rps', label: 'keep-alive, 32 conns: requests/s' },
+  { measure: 'http-keepalive', key: 'p50', label: 'keep-alive: p50 ms', digits: 3 },
+  { measure: 'http-keepalive', key: 'p99', label: 'keep-alive: p99 ms', digits: 3 },
+  { measure: 'http-close', key: 'rps', label: 'Connection: close, 32 conns: connections/s' },
+  { measure: 'http-close', key: 'p50', label: 'Connection: close: p50 ms', digits: 3 },
+  { measure: 'http-close', key: 'p99', label: 'Connection: close: p99 ms', digits: 3 },
+  { measure: 'dns', key: 'qps', label: 'DNS over UDP: queries/s' },
+  { measure: 'dns', key: 'avg', label: 'DNS over UDP: avg latency ms', digits: 3 },
+  { measure: 'conn-memory', key: 'bytesPerConnection', label: 'RSS per idle proxied connection, KiB' },
+];
+
+const CPU_ROWS: readonly { measure: string; label: string }[] = [
+  { measure: 'tcp-1', label: '1 TCP stream' },
+  { measure: 'tcp-8', label: '8 TCP streams' },
+  { measure: 'http-keepalive', label: 'keep-alive' },
+  { measure: 'http-close', label: 'Connection: close' },
+  { measure: 'dns', label: 'DNS' },
+];
+
+/** Ratios: row, measure, key, and whether higher is better (latency and memory: lower is better). */
+const RATIO_ROWS: readonly { measure: string; key: string; label: string }[] = [
+  { measure: 'tcp-1', key: 'gbps', label: '1 TCP stream throughput' },
+  { measure: 'tcp-8', key: 'gbps', label: '8 TCP streams throughput' },
+  { measure: 'http-keepalive', key: 'rps', label: 'keep-alive requests/s' },
+  { measure: 'http-keepalive', key: 'p99', label: 'keep-alive p99 latency (lower is better)' },
+  { measure: 'http-close', key: 'rps', label: 'new connections/s' },
+  { measure: 'http-close', key: 'p99', label: 'new connection p99 latency (lower is better)' },
+  { measure: 'dns', key: 'qps', label: 'DNS queries/s over UDP' },
+  { measure: 'conn-memory', key: 'bytesPerConnection', label: 'RSS per idle connection (lower is better)' },
+];
+
+const RATIO_COLUMNS: readonly { of: TargetName; to: TargetName; label: string }[] = [
+  { of: 'proxy', to: 'haproxy', label: 'proxy / HAProxy' },
+  { of: 'proxy', to: 'nginx', label: 'proxy / nginx' },
+  { of: 'proxy', to: 'direct', label: 'proxy / direct' },
+  { of: 'proxy', to: 'proxy-notrace', label: 'tracing: protocols / none' },
+];
+
+/** Per-round ratios of one value between two targets (rounds where both have a sample without error). */
+export function roundRatios(
+  samples: readonly Sample[],
+  key: string,
+  of: TargetName,
+  to: TargetName,
+): number[] {
+  const out: number[] = [];
+  const rounds = new Set(samples.map((s) => s.round));
+  for (const r of rounds) {
+    const a = samples.find((s) => s.round === r && s.target === of && !s.error)?.values[key];
+    const b = samples.find((s) => s.round === r && s.target === to && !s.error)?.values[key];
+    if (a !== undefined && b !== undefined && b !== 0 && !Number.isNaN(a) && !Number.isNaN(b))
+      out.push(a / b);
+  }
+  return out;
+}
+
+/** Coefficient of variation (stdev / mean) of a value over the rounds. */
+function spread(xs: readonly number[]): number {
+  const v = xs.filter((x) => !Number.isNaN(x));
+  if (v.length < 2) return 0;
+  const mean = v.reduce((a, b) => a + b, 0) / v.length;
+  const sd = Math.sqrt(v.reduce((a, b) => a + (b - mean) ** 2, 0) / (v.length - 1));
+  return mean === 0 ? 0 : sd / mean;
+}
+
+function otherSummary(res: Results): string {
+  const xs = res.measures
+    .flatMap((x) => x.samples.map((s) => s.otherCpu))
+    .filter((v): v is number => v !== undefined);
+  if (xs.length === 0) return '(not measured)';
+  return `${median(xs).toFixed(0)} % and ${Math.max(...xs).toFixed(0)} %`;
+}
+
+/** The markdown report. */
+export function renderMarkdown(res: Results): string {
+  const m = res.machine;
+  const byName = new Map(res.measures.map((x) => [x.name, x]));
+  const med = new Map(res.measures.map((x) => [x.name, medians(x)]));
+  const value = (measure: string, target: TargetName, key: string) => med.get(measure)?.get(target)?.[key];
+  const out: string[] = [];
+  out.push(`# kube-userspace-proxy benchmark, ${res.date}`, '');
+  out.push(
+    `Machine: ${m.cores} cores (${m.cpu}), ${m.memoryGiB} GiB, Linux ${m.kernel}, Node ${m.node}, host ${m.host}.`,
+    `Proxy: kube-userspace-proxy ${m.proxy}. Tools: ${Object.entries(m.tools)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}.`,
+    `Run: ${res.options.rounds} round(s) × ${res.options.seconds} s per sample${res.options.quick ? ' (--quick)' : ''}${
+      res.options.only.length > 0 ? `, only ${res.options.only.join(', ')}` : ''
+    }; every target measured once per round, the order rotated each round; medians of the rounds; ${Math.round(res.durationSeconds)} s in all.`,
+    `Other work on the machine: ${res.busyBefore.percent.toFixed(0)} % of all cores busy before the run; during the samples, processes outside the benchmark used ${otherSummary(res)} of one core (median, max).`,
+    '',
+    'Everything runs on this one machine, in network namespaces made for the run: the load generator, the',
+    'proxies and the backends share the same cores, so absolute numbers are low and the **ratios** are what',
+    'carry over. Targets, all seen from a client pod: **direct** (backend pod IP), **proxy** (ClusterIP →',
+    'iptables REDIRECT → this proxy, default `--trace=protocols`), **proxy --trace=none** (the same CLI on a',
+    'second node namespace), **HAProxy** (`mode tcp`, round robin, `nbthread` = cores) and **nginx stream**',
+    '(round robin, `worker_processes` = cores, UDP `proxy_responses 1`), both on the node IP.',
+    '',
+  );
+
+  const hasTraffic = TRAFFIC_ROWS.some((r) => byName.has(r.measure));
+  if (hasTraffic) {
+    out.push('## Medians per target', '');
+    out.push(`| measure | ${COLUMNS.map((c) => c.label).join(' | ')} |`);
+    out.push(`|---|${COLUMNS.map(() => '---:').join('|')}|`);
+    for (const row of TRAFFIC_ROWS) {
+      if (!byName.has(row.measure)) continue;
+      const cells = COLUMNS.map((c) => {
+        const v = value(row.measure, c.target, row.key);
+        return fmt(row.key === 'bytesPerConnection' && v !== undefined ? v / 1024 : v, row.digits ?? 2);
+      });
+      out.push(`| ${row.label} | ${cells.join(' | ')} |`);
+    }
+    out.push('');
+    const cpuRows = CPU_ROWS.filter((r) => byName.has(r.measure));
+    if (cpuRows.length > 0) {
+      out.push('CPU of the process in the middle during the sample (% of one core; nginx: all workers):', '');
+      out.push(
+        `| measure | ${COLUMNS.slice(1)
+          .map((c) => c.label)
+          .join(' | ')} |`,
+      );
+      out.push(
+        `|---|${COLUMNS.slice(1)
+          .map(() => '---:')
+          .join('|')}|`,
+      );
+      for (const row of cpuRows) {
+        const cells = COLUMNS.slice(1).map((c) => fmt(value(row.measure, c.target, 'cpu'), 0));
+        out.push(`| ${row.label} | ${cells.join(' | ')} |`);
+      }
+      out.push('');
+    }
+
+    out.push('## Ratios', '');
+    out.push('Ratio of the medians; in brackets the lowest and highest ratio of single rounds.', '');
+    out.push(`| measure | ${RATIO_COLUMNS.map((c) => c.label).join(' | ')} |`);
+    out.push(`|---|${RATIO_COLUMNS.map(() => '---:').join('|')}|`);
+    for (const row of RATIO_ROWS) {
+      const res0 = byName.get(row.measure);
+      if (!res0) continue;
+      const cells = RATIO_COLUMNS.map((c) => {
+        const a = value(row.measure, c.of, row.key);
+        const b = value(row.measure, c.to, row.key);
+        if (a === undefined || b === undefined || Number.isNaN(a) || Number.isNaN(b) || b === 0) return '–';
+        const rr = roundRatios(res0.samples, row.key, c.of, c.to);
+        const range = rr.length > 1 ? ` (${Math.min(...rr).toFixed(2)}–${Math.max(...rr).toFixed(2)})` : '';
+        return `${(a / b).toFixed(2)}×${range}`;
+      });
+      out.push(`| ${row.label} | ${cells.join(' | ')} |`);
+    }
+    out.push('');
+  }
+
+  const sc = byName.get('scale');
+  if (sc) {
+    const p = med.get('scale')?.get('proxy') ?? {};
+    const all = (key: string) =>
+      sc.samples
+        .map((s) => s.values[key])
+        .filter((v): v is number => v !== undefined)
+        .map((v) => fmt(v))
+        .join(', ');
+    out.push(`## ${sc.title}`, '');
+    out.push('| measure | median | every sample |', '|---|---:|---|');
+    const rows: [string, string, number | undefined][] = [
+      ['cold start: /debug/services lists every port, s', 'listedSeconds', p['listedSeconds']],
+      ['cold start: the last ClusterIP answers, s', 'servedSeconds', p['servedSeconds']],
+      ['CPU time of the proxy during the cold start, s', 'startCpuSeconds', p['startCpuSeconds']],
+      [
+        'RSS per idle service port, KiB',
+        'bytesPerServicePort',
+        (p['bytesPerServicePort'] ?? Number.NaN) / 1024,
+      ],
+      ['one service added: served after, ms', 'serviceAddedMs', p['serviceAddedMs']],
+      ['one endpoint change: in effect after, ms', 'endpointChangedMs', p['endpointChangedMs']],
+    ];
+    for (const [label, key, v] of rows) {
+      const samples =
+        key === 'bytesPerServicePort'
+          ? sc.samples
+              .map((s) => s.values[key])
+              .filter((x): x is number => x !== undefined)
+              .map((x) => fmt(x / 1024))
+              .join(', ')
+          : all(key);
+      out.push(`| ${label} | ${fmt(v)} | ${samples} |`);
+    }
+    out.push('');
+  }
+
+  out.push('## How each measure was taken', '');
+  for (const x of res.measures) for (const n of x.notes) out.push(`- ${x.name}: ${n}`);
+  out.push('');
+
+  const problems = findProblems(res);
+  out.push('## What looked wrong', '');
+  if (problems.length === 0)
+    out.push('- nothing: no errors, no lost queries, every round within 10 % of its median.');
+  for (const p of problems) out.push(`- ${p}`);
+  for (const n of res.notes) out.push(`- ${n}`);
+  out.push('');
+  return out.join('\n');
+}
+
+/** % of one core that processes outside the benchmark may use during a sample before it is flagged. */
+const OTHER_CPU_LIMIT = 20;
+
+/** Errors of samples, proxies that logged warnings or died, and values that vary a lot between rounds. */
+export function findProblems(res: Results): string[] {
+  const out: string[] = [];
+  for (const x of res.measures) {
+    for (const s of x.samples)
+      if (s.error) out.push(`${x.name} round ${s.round + 1}, ${s.target}: ${s.error.slice(0, 300)}`);
+    if (x.name === 'scale' || x.name === 'conn-memory') continue;
+    const targets = new Set(x.samples.map((s) => s.target));
+    const mainKey = Object.keys(x.fields)[0]!;
+    for (const t of targets) {
+      const xs = x.samples
+        .filter((s) => s.target === t && !s.error)
+        .map((s) => s.values[mainKey] ?? Number.NaN);
+      const cv = spread(xs);
+      if (cv > 0.1)
+        out.push(
+          `${x.name}, ${t}: ${mainKey} varies ${(cv * 100).toFixed(0)} % between rounds (${xs.map((v) => fmt(v)).join(', ')}; median ${fmt(median(xs))})`,
+        );
+    }
+  }
+  if (res.busyBefore.percent > 10)
+    out.push(
+      `the machine was ${res.busyBefore.percent.toFixed(0)} % busy before the run (${res.busyBefore.top.join(', ')}): other work shares the cores`,
+    );
+  const other = res.measures.flatMap((x) =>
+    x.samples
+      .filter((s) => (s.otherCpu ?? 0) > OTHER_CPU_LIMIT)
+      .map((s) => `${x.name}/${s.target}/${s.round + 1}`),
+  );
+  const all = res.measures.flatMap((x) => x.samples.filter((s) => s.otherCpu !== undefined));
+  if (other.length > 0)
+    out.push(
+      `${other.length} of ${all.length} samples ran while processes outside the benchmark used more than ${OTHER_CPU_LIMIT} % of a core (${other.slice(0, 8).join(', ')}${other.length > 8 ? ', …' : ''}): their numbers are lower than the machine can do; rerun on a quiet machine`,
+    );
+  for (const p of res.proxies) {
+    if (p.warnings > 0)
+      out.push(
+        `${p.name} logged ${p.warnings} warning/error line(s), e.g. ${p.sample.slice(0, 2).join(' | ').slice(0, 400)}`,
+      );
+    if (p.crashed) out.push(`${p.name} exited on its own during the run (see the log lines in the JSON)`);
+  }
+  return out;
+}

@@ -1,0 +1,466 @@
+// The namespace rig of the benchmark: a client pod, a node (this proxy with real iptables, HAProxy,
+// nginx stream), a second node for the proxy with --trace=none, and two backend pods (nginx HTTP,
+// iperf3, dnsmasq), all in namespaces made for the run and deleted after it (also on failure and
+// SIGINT). Every address below lives inside those namespaces; nothing is sent anywhere else.
+import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtemp, rename, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createRun, type RunResult } from '../src/netfilter/iptables.ts';
+import { createSandbox, type Sandbox } from '../test/helpers/netns.ts';
+import { backendNginxConf, haproxyConf, NET, serviceYaml, sliceYaml, streamNginxConf } from './configs.ts';
+import { Daemon, Probe } from './processes.ts';
+
+export { NET } from './configs.ts';
+export const PROXY_BIN = fileURLToPath(new URL('../bin/kube-userspace-proxy.js', import.meta.url));
+
+export type TargetName = 'direct' | 'proxy' | 'proxy-notrace' | 'haproxy' | 'nginx';
+export type HostPort = { host: string; port: number };
+
+/** One way from the client pod to the backends; `pids` are the processes in between (none for direct). */
+export type Target = {
+  readonly name: TargetName;
+  readonly http: HostPort;
+  readonly iperf: HostPort;
+  /** Undefined when the target has no UDP (HAProxy). */
+  readonly dns: HostPort | undefined;
+  pids(): number[];
+};
+
+export type RigOptions = {
+  /** Cores given to HAProxy (nbthread) and nginx (worker_processes). */
+  cores: number;
+  log: (line: string) => void;
+};
+
+/** The namespaces, the backends, the peers and the proxies of one benchmark run. */
+export class Rig {
+  readonly sandbox: Sandbox;
+  readonly dir: string;
+  readonly client: string;
+  readonly node: string;
+  readonly node2: string;
+  readonly backendNs: readonly string[];
+  readonly clientProbe: Probe;
+  readonly nodeProbe: Probe;
+  readonly node2Probe: Probe;
+  readonly daemons = new Map<string, Daemon>();
+  /** Every process started, also those replaced since (for the report's warnings and crashes). */
+  readonly #all: Daemon[] = [];
+  readonly #log: (line: string) => void;
+  readonly #cores: number;
+  readonly #manifests = new Map<string, number>();
+
+  private constructor(
+    sandbox: Sandbox,
+    dir: string,
+    names: { client: string; node: string; node2: string; backends: string[] },
+    probes: { client: Probe; node: Probe; node2: Probe },
+    options: RigOptions,
+  ) {
+    this.sandbox = sandbox;
+    this.dir = dir;
+    this.client = names.client;
+    this.node = names.node;
+    this.node2 = names.node2;
+    this.backendNs = names.backends;
+    this.clientProbe = probes.client;
+    this.nodeProbe = probes.node;
+    this.node2Probe = probes.node2;
+    this.#log = options.log;
+    this.#cores = options.cores;
+  }
+
+  /**
+   * Builds the namespaces (`buildTopology`: a switch; node 10.244.0.1 with node IP 192.168.50.2;
+   * node2 10.244.0.2, the client's route to 10.97.0.0/16; pods 10.244.0.10-12) and starts the backends
+   * and the peers. The proxies are started by `startTrafficProxies` / `startProxy`.
+   */
+  static async create(options: RigOptions): Promise<Rig> {
+    const sandbox = await createSandbox();
+    const dir = await mkdtemp(join(tmpdir(), 'kup-bench-'));
+    removeOnExit(dir);
+    try {
+      const t = await buildTopology(sandbox);
+      for (const ns of [t.node, t.node2, t.client, ...t.backends]) {
+        // Many short connections in a row reuse ports: allow TIME_WAIT reuse (only in our namespaces).
+        await sandbox.exec(ns, 'sysctl', ['-q', '-w', 'net.ipv4.tcp_tw_reuse=1']);
+      }
+      const [clientProbe, nodeProbe, node2Probe] = await Promise.all([
+        Probe.start(sandbox, t.client),
+        Probe.start(sandbox, t.node),
+        Probe.start(sandbox, t.node2),
+      ]);
+      const rig = new Rig(
+        sandbox,
+        dir,
+        t,
+        { client: clientProbe, node: nodeProbe, node2: node2Probe },
+        options,
+      );
+      await rig.#startBackends();
+      await rig.#startPeers();
+      return rig;
+    } catch (err) {
+      sandbox.cleanup();
+      rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** The five targets; `proxy` and `proxy-notrace` need `startTrafficProxies` first. */
+  targets(): Target[] {
+    const backend = NET.backends[0];
+    const d = (name: string) => this.daemons.get(name);
+    const pidsOf = (name: string) => () => d(name)?.pids() ?? [];
+    return [
+      {
+        name: 'direct',
+        http: { host: backend, port: NET.httpPort },
+        iperf: { host: backend, port: NET.iperfPort },
+        dns: { host: backend, port: NET.dnsPort },
+        pids: () => [],
+      },
+      {
+        name: 'proxy',
+        http: { host: NET.clusterIPs.http, port: 80 },
+        iperf: { host: NET.clusterIPs.iperf, port: NET.iperfPort },
+        dns: { host: NET.clusterIPs.dns, port: 53 },
+        pids: pidsOf('proxy'),
+      },
+      {
+        name: 'proxy-notrace',
+        http: { host: NET.clusterIPs2.http, port: 80 },
+        iperf: { host: NET.clusterIPs2.iperf, port: NET.iperfPort },
+        dns: { host: NET.clusterIPs2.dns, port: 53 },
+        pids: pidsOf('proxy-notrace'),
+      },
+      {
+        name: 'haproxy',
+        http: { host: NET.nodeIP, port: NET.haproxy.http },
+        iperf: { host: NET.nodeIP, port: NET.haproxy.iperf },
+        dns: undefined,
+        pids: pidsOf('haproxy'),
+      },
+      {
+        name: 'nginx',
+        http: { host: NET.nodeIP, port: NET.nginx.http },
+        iperf: { host: NET.nodeIP, port: NET.nginx.iperf },
+        dns: { host: NET.nodeIP, port: NET.nginx.dns },
+        pids: pidsOf('nginx'),
+      },
+    ];
+  }
+
+  /** This process and every process the rig started (with their children): not "other work". */
+  ourPids(): Set<number> {
+    const out = new Set<number>([process.pid, this.clientProbe.pid, this.nodeProbe.pid, this.node2Probe.pid]);
+    for (const d of this.#all) if (d.running) for (const pid of d.pids()) out.add(pid);
+    return out;
+  }
+
+  /** Runs a program inside `ns` to completion (load generators). */
+  runIn(ns: string, cmd: string, args: string[], timeoutMs = 60_000): Promise<RunResult> {
+    return createRun({ timeoutMs })('ip', ['netns', 'exec', ns, cmd, ...args]);
+  }
+
+  /** Writes (atomically, as editors do) a manifest file named `name` in the run's directory. */
+  async writeManifest(name: string, text: string): Promise<string> {
+    const file = join(this.dir, name);
+    const n = (this.#manifests.get(name) ?? 0) + 1;
+    this.#manifests.set(name, n);
+    const tmp = join(this.dir, `.${name}.${n}`);
+    await writeFile(tmp, text);
+    await rename(tmp, file);
+    return file;
+  }
+
+  /**
+   * Starts the CLI in `ns` (`--manifest FILE --hostname-override node-1`, metrics on the namespace's
+   * 127.0.0.1:10249) and waits until /debug/services lists `expectPorts` open ports.
+   */
+  async startProxy(
+    key: string,
+    ns: string,
+    manifest: string,
+    args: string[],
+    expectPorts: number,
+    pollMs = 100,
+  ): Promise<{ daemon: Daemon; spawnedAt: number; listedAt: number }> {
+    await this.daemons.get(key)?.stop();
+    const spawnedAt = Date.now();
+    const daemon = this.#spawn(key, ns, process.execPath, [
+      PROXY_BIN,
+      '--manifest',
+      manifest,
+      '--hostname-override',
+      'node-1',
+      '--metrics-bind-address',
+      `127.0.0.1:${NET.metricsPort}`,
+      '--healthz-bind-address',
+      `127.0.0.1:${NET.metricsPort + 7}`,
+      ...args,
+    ]);
+    let listedAt = Number.NaN;
+    if (ns === this.node && expectPorts > 0) {
+      const r = await this.nodeProbe.request<{ ok: boolean; t: number; error?: string }>(
+        'pollServices',
+        { host: '127.0.0.1', port: NET.metricsPort, count: expectPorts, maxMs: 120_000, intervalMs: pollMs },
+        130_000,
+      );
+      if (!r.ok) throw new Error(`${key} did not open its ports: ${r.error}\n${daemon.tail()}`);
+      listedAt = r.t;
+    }
+    return { daemon, spawnedAt, listedAt };
+  }
+
+  /** The manifest of the traffic measures: http (2 backends), iperf (1 backend: iperf3 pairs its connections), dns. */
+  trafficManifest(ips: { http: string; iperf: string; dns: string }): string {
+    const [b1, b2] = NET.backends;
+    return [
+      serviceYaml('http', ips.http, 'TCP', 80, NET.httpPort),
+      sliceYaml('http', [b1, b2], 'TCP', NET.httpPort),
+      serviceYaml('iperf', ips.iperf, 'TCP', NET.iperfPort, NET.iperfPort),
+      sliceYaml('iperf', [b1], 'TCP', NET.iperfPort),
+      serviceYaml('dns', ips.dns, 'UDP', 53, NET.dnsPort),
+      sliceYaml('dns', [b1, b2], 'UDP', NET.dnsPort),
+    ].join('---\n');
+  }
+
+  /**
+   * `proxy` (the default --trace=protocols) on the node and `proxy-notrace` (--trace=none) on node2,
+   * both with real iptables; resolves once a client request through each ClusterIP is answered.
+   */
+  async startTrafficProxies(): Promise<void> {
+    const common = ['--proxy-port-range', NET.proxyPortRange];
+    const m1 = await this.writeManifest('traffic.yaml', this.trafficManifest(NET.clusterIPs));
+    const m2 = await this.writeManifest('traffic2.yaml', this.trafficManifest(NET.clusterIPs2));
+    await this.startProxy('proxy', this.node, m1, common, 3);
+    await this.startProxy('proxy-notrace', this.node2, m2, [...common, '--trace=none'], 0);
+    for (const ip of [NET.clusterIPs.http, NET.clusterIPs2.http]) {
+      const r = await this.clientProbe.request<{ ok: boolean; error?: string }>('pollHttp', {
+        host: ip,
+        port: 80,
+        maxMs: 20_000,
+        intervalMs: 50,
+      });
+      if (!r.ok) throw new Error(`no answer through ${ip}: ${r.error}`);
+    }
+  }
+
+  /**
+   * For a proxy (a Node process): opens its inspector (SIGUSR1, 127.0.0.1:9229 in its namespace) and
+   * runs a full garbage collection, so RSS can be compared without garbage in it. Other daemons: no-op.
+   */
+  async collectGarbage(key: string): Promise<{ heapUsed?: number }> {
+    const d = this.daemons.get(key);
+    if (!d?.running || !/^(proxy|scale)/.test(key)) return {};
+    const probe = key === 'proxy-notrace' ? this.node2Probe : this.nodeProbe;
+    d.child.kill('SIGUSR1');
+    const r = await probe.request<{ ok: boolean; heapUsed?: number; error?: string }>(
+      'gc',
+      { port: 9229 },
+      30_000,
+    );
+    if (!r.ok) throw new Error(`garbage collection in ${key}: ${r.error}`);
+    return { heapUsed: r.heapUsed ?? Number.NaN };
+  }
+
+  /** Fresh processes for every target in between (the memory measures start from a clean slate). */
+  async restartMiddles(): Promise<void> {
+    await this.stopTrafficProxies();
+    for (const key of ['haproxy', 'nginx']) await this.daemons.get(key)?.stop();
+    await this.#startPeers();
+    await this.startTrafficProxies();
+  }
+
+  async stopTrafficProxies(): Promise<void> {
+    for (const key of ['proxy', 'proxy-notrace']) await this.daemons.get(key)?.stop();
+  }
+
+  /** Per proxy (all its starts): the warning and error lines it logged, and whether it ever died on its own. */
+  proxyHealth(): { name: string; crashed: boolean; warnings: number; sample: string[] }[] {
+    const out = new Map<string, { name: string; crashed: boolean; warnings: number; sample: string[] }>();
+    for (const d of this.#all) {
+      if (!/^(proxy|scale)/.test(d.name)) continue;
+      const h = out.get(d.name) ?? { name: d.name, crashed: false, warnings: 0, sample: [] };
+      h.crashed ||= !d.running && !d.stopping;
+      h.warnings += d.warnings;
+      h.sample.push(...d.lines.filter((l) => /"level":\s*([4-9]\d)/.test(l)).slice(0, 5 - h.sample.length));
+      if (h.crashed && h.sample.length < 5) h.sample.push(...d.lines.slice(-3));
+      out.set(d.name, h);
+    }
+    return [...out.values()];
+  }
+
+  /**
+   * What the peers and backends said (HAProxy's output, nginx error logs, dnsmasq and iperf3 output):
+   * a misconfigured or failing peer shows here. One entry per source that said anything.
+   */
+  peerMessages(): string[] {
+    const out: string[] = [];
+    for (const d of this.#all) {
+      if (/^(proxy|scale)/.test(d.name)) continue;
+      const lines = d.lines.filter((l) => !IPERF_CHATTER.test(l));
+      if (lines.length > 0) out.push(`${d.name}: ${lines.slice(-3).join(' | ')}`);
+    }
+    for (const name of readdirSync(this.dir).filter((n) => n.endsWith('error.log'))) {
+      const lines = readFileSync(join(this.dir, name), 'utf8')
+        .split('\n')
+        .filter((l) => l.trim() !== '' && !IPERF_TEARDOWN.test(l));
+      if (lines.length > 0) out.push(`${name} (${lines.length} lines): ${lines.slice(-3).join(' | ')}`);
+    }
+    return [...new Set(out)].map((m) => m.slice(0, 400));
+  }
+
+  /** Stops every process, deletes the namespaces and the run's directory. */
+  async cleanup(): Promise<void> {
+    await Promise.all([...this.daemons.values()].map((d) => d.stop(3_000)));
+    this.sandbox.cleanup();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  #spawn(key: string, ns: string, cmd: string, args: string[]): Daemon {
+    const daemon = new Daemon(key, this.sandbox.spawnIn(ns, cmd, args));
+    daemon.child.stdin?.end();
+    this.daemons.set(key, daemon);
+    this.#all.push(daemon);
+    daemon.exited.then((code) => {
+      if (!daemon.stopping)
+        this.#log(`! ${key} exited on its own (${code ?? daemon.child.signalCode}): ${daemon.tail(5)}`);
+    });
+    return daemon;
+  }
+
+  async #startBackends(): Promise<void> {
+    for (const [i, ns] of this.backendNs.entries()) {
+      const ip = NET.backends[i]!;
+      const name = `pod${i + 1}`;
+      const conf = join(this.dir, `${name}-nginx.conf`);
+      await writeFile(conf, backendNginxConf(this.dir, name, ip));
+      this.#spawn(`${name}-nginx`, ns, 'nginx', [
+        '-c',
+        conf,
+        '-p',
+        `${this.dir}/`,
+        '-e',
+        join(this.dir, `${name}-error.log`),
+      ]);
+      this.#spawn(`${name}-dnsmasq`, ns, 'dnsmasq', [
+        '--keep-in-foreground',
+        '--conf-file=/dev/null',
+        '--no-resolv',
+        '--no-hosts',
+        `--listen-address=${ip}`,
+        '--bind-interfaces',
+        `--port=${NET.dnsPort}`,
+        '--address=/bench.test/10.1.2.3',
+        '--cache-size=0',
+        '--user=root',
+        '--group=root',
+        '--pid-file=',
+        '--log-facility=/dev/null',
+      ]);
+      if (i === 0) this.#spawn(`${name}-iperf3`, ns, 'iperf3', ['-s', '-B', ip, '-p', String(NET.iperfPort)]);
+    }
+    for (const ip of NET.backends) {
+      const r = await this.clientProbe.request<{ ok: boolean; error?: string }>('pollHttp', {
+        host: ip,
+        port: NET.httpPort,
+        maxMs: 10_000,
+        intervalMs: 50,
+      });
+      if (!r.ok) throw new Error(`backend ${ip} does not answer: ${r.error}`);
+    }
+  }
+
+  async #startPeers(): Promise<void> {
+    const hcfg = join(this.dir, 'haproxy.cfg');
+    await writeFile(hcfg, haproxyConf(this.#cores));
+    const check = spawnSync('haproxy', ['-c', '-f', hcfg], { encoding: 'utf8' });
+    if (check.status !== 0) throw new Error(`haproxy -c: ${check.stdout}${check.stderr}`);
+    this.#spawn('haproxy', this.node, 'haproxy', ['-db', '-f', hcfg]);
+    const ncfg = join(this.dir, 'nginx-stream.conf');
+    await writeFile(ncfg, streamNginxConf(this.dir, this.#cores));
+    this.#spawn('nginx', this.node, 'nginx', [
+      '-c',
+      ncfg,
+      '-p',
+      `${this.dir}/`,
+      '-e',
+      join(this.dir, 'stream-error.log'),
+    ]);
+    for (const port of [NET.haproxy.http, NET.nginx.http]) {
+      const r = await this.clientProbe.request<{ ok: boolean; error?: string }>('pollHttp', {
+        host: NET.nodeIP,
+        port,
+        maxMs: 10_000,
+        intervalMs: 50,
+      });
+      if (!r.ok) throw new Error(`peer on ${NET.nodeIP}:${port} does not answer: ${r.error}`);
+    }
+  }
+}
+
+/** iperf3 server's normal output, and HAProxy's start-up notice: not worth a report line. */
+const IPERF_CHATTER =
+  /^\s*$|^(Server listening|Accepted connection|iperf Done|\[NOTICE\])|^[\s-]+$|^\s*\[\s*(\d+|ID|SUM)\]/;
+/** An iperf3 test ends by closing its data connections under a sender: nginx logs a broken pipe or reset. */
+const IPERF_TEARDOWN = new RegExp(`(Broken pipe|reset by peer).*upstream: "[\\d.]+:${NET.iperfPort}"`);
+
+/**
+ * A switch namespace with a bridge, and every other namespace on it through its own veth pair: node
+ * (10.244.0.1, the pods' gateway) and node2 (10.244.0.2) are reached the same way, so the two proxies
+ * (and the peers on the node) pay the same hops. Node and node2 also get an "ext0" that leads nowhere,
+ * with the default route, for the proxy's node-IP detection.
+ */
+async function buildTopology(
+  sb: Sandbox,
+): Promise<{ node: string; node2: string; client: string; backends: string[] }> {
+  const sw = await sb.createNamespace('switch');
+  await sb.bridge(sw, 'br0');
+  let port = 0;
+  const plug = async (name: string, ip: string) => {
+    const ns = await sb.createNamespace(name);
+    const p = `p${port++}`;
+    await sb.veth({ ns, name: 'eth0' }, { ns: sw, name: p });
+    await sb.attach(sw, p, 'br0');
+    await sb.addAddress(ns, 'eth0', `${ip}/24`);
+    return ns;
+  };
+  const nodes: string[] = [];
+  for (const [name, ip, ext] of [
+    ['node', '10.244.0.1', NET.nodeIP],
+    ['node2', NET.node2IP, '192.168.51.2'],
+  ] as const) {
+    const ns = await plug(name, ip);
+    await sb.dummy(ns, 'ext0');
+    await sb.addAddress(ns, 'ext0', `${ext}/24`);
+    await sb.defaultRoute(ns, ext.replace(/\.\d+$/, '.1'), 'ext0');
+    nodes.push(ns);
+  }
+  const pods: string[] = [];
+  for (const [i, ip] of [NET.client, ...NET.backends].entries()) {
+    const ns = await plug(`pod${i}`, ip);
+    await sb.defaultRoute(ns, '10.244.0.1', 'eth0');
+    pods.push(ns);
+  }
+  const [client, ...backends] = pods;
+  await sb.exec(client!, 'ip', ['route', 'add', '10.97.0.0/16', 'via', NET.node2IP, 'dev', 'eth0']);
+  return { node: nodes[0]!, node2: nodes[1]!, client: client!, backends };
+}
+
+function removeOnExit(dir: string): void {
+  const rm = () => rmSync(dir, { recursive: true, force: true });
+  process.once('exit', rm);
+  // Removes itself, so the sandbox's handler (which re-raises the signal) still ends the process.
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    const onSignal = () => {
+      rm();
+      process.removeListener(signal, onSignal);
+    };
+    process.prependListener(signal, onSignal);
+  }
+}
