@@ -92,6 +92,15 @@ test('least privilege: NET_ADMIN is enough (NET_RAW too on iptables-legacy); wit
     run.child.kill('SIGTERM');
     return run.exited;
   };
+  /** Kills whatever a failed subtest left running, so the next one starts on free ports. */
+  const reap = async () => {
+    for (const r of running) {
+      if (r.child.exitCode === null && r.child.signalCode === null) {
+        r.child.kill('SIGKILL');
+        await r.exited;
+      }
+    }
+  };
   const services = async () => {
     const r = await nodeAgent.get('http://127.0.0.1:10249/debug/services');
     return r.ok && r.status === 200 ? (JSON.parse(r.body ?? '[]') as DebugServicePort[]) : undefined;
@@ -108,7 +117,8 @@ test('least privilege: NET_ADMIN is enough (NET_RAW too on iptables-legacy); wit
     await eventually(async () => (await pod.tcp(CLUSTER_IP, 80, 300)).data === 'pod0', { what: 'traffic' });
     const caps = await capEff(run.child.pid!);
     assert.equal(caps, 1n << BigInt(CAP_NET_ADMIN), `CapEff ${caps.toString(16)}`);
-    assert.equal(await healthz(), 200);
+    // The rules are in before the sync that wrote them reports to health: allow that moment.
+    await eventually(async () => (await healthz()) === 200, { what: 'healthz 200' });
     const warned = run.logs.some((l) => l.includes('Cannot set oom_score_adj'));
     t.diagnostic(
       `NET_ADMIN only: CapEff ${caps.toString(16).padStart(16, '0')}, serving, healthz 200` +
@@ -118,6 +128,7 @@ test('least privilege: NET_ADMIN is enough (NET_RAW too on iptables-legacy); wit
     assert.equal((await runProxyOnce(node, ['--cleanup'])).code, 0);
   });
 
+  await reap();
   await t.test('without NET_ADMIN: exits at start with KUP_ERR_PERMISSION', async () => {
     const run = start([]);
     const code = await run.exited;
@@ -129,6 +140,7 @@ test('least privilege: NET_ADMIN is enough (NET_RAW too on iptables-legacy); wit
     assert.match(fatal, /missing capability NET_ADMIN/);
   });
 
+  await reap();
   await t.test('--no-iptables needs no capability', async () => {
     const run = start([], ['--no-iptables']);
     const s = await eventually(async () => (await services())?.length === 1, { what: 'the proxy' }).then(
@@ -140,6 +152,7 @@ test('least privilege: NET_ADMIN is enough (NET_RAW too on iptables-legacy); wit
     assert.equal(await stop(run), 0);
   });
 
+  await reap();
   await t.test('iptables-legacy: NET_ADMIN alone fails clearly, NET_ADMIN + NET_RAW works', async () => {
     const without = start(['net_admin'], [], true);
     await eventually(() => without.logs.some((l) => l.includes('"msg":"Sync failed"')), {
