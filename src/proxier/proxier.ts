@@ -430,6 +430,19 @@ export class Proxier {
     }
   }
 
+  /** A new listener bound on `port`; on failure the port goes back to the allocator and the error is thrown. */
+  async #bind(context: ServicePortContext, port: number): Promise<TcpListener | UdpListener> {
+    const listener = this.#createListener(context);
+    try {
+      await listener.listen(this.#options.listenHost, port);
+      return listener;
+    } catch (err) {
+      this.#allocator.release(port);
+      listener.destroy();
+      throw err;
+    }
+  }
+
   /** Allocates a proxy port and binds it; a port someone else holds is skipped and another tried. */
   async #listen(context: ServicePortContext): Promise<{ listener: TcpListener | UdpListener; port: number }> {
     const attempts = this.#allocator.isKernelChosen ? 1 : (this.#options.bindAttempts ?? 16);
@@ -438,13 +451,10 @@ export class Proxier {
     // The port a previous process used for this service port, while it is free: its rules stay valid.
     const preferred = this.#preferredPorts.get(`${context.name}/${context.protocol}`);
     if (preferred !== undefined && (this.#allocator.isKernelChosen || this.#allocator.allocate(preferred))) {
-      const listener = this.#createListener(context);
       try {
-        await listener.listen(this.#options.listenHost, preferred);
+        const listener = await this.#bind(context, preferred);
         return { listener, port: listener.port };
       } catch (err) {
-        this.#allocator.release(preferred);
-        listener.destroy();
         busy.add(preferred);
         lastError = err;
       }
@@ -457,13 +467,10 @@ export class Proxier {
         if (busy.size === 0) throw err;
         break; // every free port of the range is held by someone else
       }
-      const listener = this.#createListener(context);
       try {
-        await listener.listen(this.#options.listenHost, port);
+        const listener = await this.#bind(context, port);
         return { listener, port: listener.port };
       } catch (err) {
-        this.#allocator.release(port);
-        listener.destroy();
         lastError = err;
         const code = (err as NodeJS.ErrnoException).code;
         if (code !== 'EADDRINUSE' || port === 0) break;
