@@ -20,10 +20,10 @@ import type { TimeSlices } from '../state/proxy-state.ts';
 import type { ServicePort, ServicePortKey } from '../state/service-port.ts';
 import { samePortals } from '../state/service-port.ts';
 import type { Snapshot } from '../state/snapshot.ts';
+import { Yielder } from '../yielder.ts';
 import type { Clock } from './clock.ts';
 import { realClock } from './clock.ts';
 import type { PortAllocator } from './port-allocator.ts';
-import { Yielder } from './yielder.ts';
 
 /** A service port and the proxy port its traffic should be sent to. */
 export type PortalSpec = { readonly servicePort: ServicePort; readonly proxyPort: number };

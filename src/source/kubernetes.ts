@@ -4,8 +4,8 @@
 import { HttpMethod, KubeConfig, RequestContext } from '@kubernetes/client-node';
 import { Agent, type Dispatcher, fetch, type Response } from 'undici';
 import type { Logger } from '../log.ts';
-import { Yielder } from '../proxier/yielder.ts';
 import { VERSION } from '../version.ts';
+import { Yielder } from '../yielder.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import type { EndpointSlice, Node, ObjectMeta, Service } from './objects.ts';
 import { PROXY_LABEL_SELECTOR } from './objects.ts';

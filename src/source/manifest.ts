@@ -11,7 +11,7 @@ import { load as loadYaml } from 'js-yaml';
 import { Composer, type Document, LineCounter, Parser } from 'yaml';
 import { ProxyError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { SLICE_MS, Yielder } from '../proxier/yielder.ts';
+import { SLICE_MS, Yielder } from '../yielder.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import type { EndpointSlice, Node, Service } from './objects.ts';
 import { LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME } from './objects.ts';
