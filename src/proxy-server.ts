@@ -37,6 +37,7 @@ import { KubernetesSource, loadKubeConfig } from './source/kubernetes.ts';
 import { ManifestSource } from './source/manifest.ts';
 import { ProxyState } from './state/proxy-state.ts';
 import type { IPFamily } from './state/service-port.ts';
+import type { Snapshot } from './state/snapshot.ts';
 import { ConnectionTable } from './trace/connection-table.ts';
 import { createTracer, type Tracer } from './trace/tracer.ts';
 
@@ -93,6 +94,11 @@ export class ProxyServer {
   healthServer: HttpServer | undefined;
   metricsServer: HttpServer | undefined;
   #closing: Promise<void> | undefined;
+  /** An endpoint-only change is waiting for the next tick (see #onStateChange). */
+  #endpointsQueued = false;
+  /** The state's change totals already added to the metrics. */
+  #countedServiceChanges = 0;
+  #countedEndpointChanges = 0;
 
   constructor(config: Config, deps: ProxyServerDeps) {
     this.config = config;
@@ -105,7 +111,7 @@ export class ProxyServer {
     this.state = new ProxyState({
       nodeName: this.nodeName,
       warn: (msg, fields) => this.log.child({ component: 'state' }).warn(fields, msg),
-      onChange: () => this.#queueSync(),
+      onChange: () => this.#onStateChange(),
     });
     this.serviceHealth = new ServiceHealthServer({ log: this.log.child({ component: 'service-health' }) });
     this.connections = new ConnectionTable({ maxRecent: config.traceRecentConnections });
@@ -185,6 +191,40 @@ export class ProxyServer {
     );
   }
 
+  /**
+   * A change is pending. Endpoint-only changes are applied straight away (once per tick: a watch chunk
+   * often carries several events); everything else goes through the rate-limited sync runner.
+   */
+  #onStateChange(): void {
+    if (this.state.onlyEndpointsPending && this.proxier.lastSyncMs !== 0 && !this.proxier.syncing) {
+      if (!this.#endpointsQueued) {
+        this.#endpointsQueued = true;
+        setImmediate(() => this.#applyEndpointChanges());
+      }
+      return;
+    }
+    this.#queueSync();
+  }
+
+  #applyEndpointChanges(): void {
+    this.#endpointsQueued = false;
+    const snapshot = this.proxier.applyEndpointChanges();
+    if (snapshot === undefined) {
+      // A Service changed meanwhile, or a sync started: the runner takes it all.
+      if (this.state.pendingEndpointChanges > 0 || this.state.pendingServiceChanges > 0) this.#queueSync();
+      return;
+    }
+    this.#recordApplied(snapshot);
+    // Health check node ports report local endpoints: only theirs need a look.
+    let healthChecked = false;
+    for (const key of snapshot.changedEndpoints)
+      if ((snapshot.servicePorts.get(key)?.healthCheckNodePort ?? 0) !== 0) healthChecked = true;
+    if (healthChecked)
+      void this.#syncServiceHealth().catch((err: unknown) =>
+        this.log.error({ err }, 'Failed to update the service health servers'),
+      );
+  }
+
   #queueSync(): void {
     const now = Date.now();
     this.health.queuedUpdate(now);
@@ -193,8 +233,6 @@ export class ProxyServer {
   }
 
   async #sync(): Promise<void> {
-    const serviceChanges = this.state.serviceChangesTotal;
-    const endpointChanges = this.state.endpointChangesTotal;
     // proxier.sync() checks the state out synchronously, before its first await.
     this.health.syncStarted();
     const result = await this.proxier.sync();
@@ -203,13 +241,23 @@ export class ProxyServer {
     this.health.updated(now);
     this.metrics.syncDuration.observe(result.durationMs / 1000);
     this.metrics.lastSync.set(now / 1000);
-    this.metrics.serviceChangesTotal.inc(Math.max(0, this.state.serviceChangesTotal - serviceChanges));
-    this.metrics.endpointChangesTotal.inc(Math.max(0, this.state.endpointChangesTotal - endpointChanges));
-    for (const t of this.proxier.snapshot?.triggerTimes ?? []) {
-      if (t <= now) this.metrics.networkProgrammingDuration.observe((now - t) / 1000);
-    }
+    const snapshot = this.proxier.snapshot;
+    if (snapshot !== undefined) this.#recordApplied(snapshot);
     await this.#syncServiceHealth();
     if (this.log.isLevelEnabled('debug')) this.log.debug({ ...result }, 'Synced');
+  }
+
+  /** Change counters (every handler call up to now) and network programming latency of an applied checkout. */
+  #recordApplied(snapshot: Snapshot): void {
+    const now = Date.now();
+    const { serviceChangesTotal, endpointChangesTotal } = this.state;
+    this.metrics.serviceChangesTotal.inc(serviceChangesTotal - this.#countedServiceChanges);
+    this.metrics.endpointChangesTotal.inc(endpointChangesTotal - this.#countedEndpointChanges);
+    this.#countedServiceChanges = serviceChangesTotal;
+    this.#countedEndpointChanges = endpointChangesTotal;
+    for (const t of snapshot.triggerTimes) {
+      if (t <= now) this.metrics.networkProgrammingDuration.observe((now - t) / 1000);
+    }
   }
 
   /** kube-proxy's per-service health check node ports: opened, closed and answered after each sync. */

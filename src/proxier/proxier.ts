@@ -45,6 +45,8 @@ export interface SnapshotSource {
   /** checkout() in time slices; it must take the pending changes before its first await. */
   checkoutAsync?(slices: TimeSlices): Promise<Snapshot>;
   readonly isInitialized: boolean;
+  /** True when only endpoint changes are pending (see Proxier.applyEndpointChanges). */
+  readonly onlyEndpointsPending?: boolean;
 }
 
 export type ProxierOptions = {
@@ -138,6 +140,7 @@ export class Proxier {
   #lastFullSyncMs = Number.NEGATIVE_INFINITY;
   #needFullSync = true;
   #closed = false;
+  #syncing = false;
   #portsChanged = false;
   /** Descriptor exhaustion, shared by every listener (metrics read its counts). */
   readonly fdPressure: FdPressure;
@@ -205,12 +208,43 @@ export class Proxier {
     this.#needFullSync = true;
   }
 
+  /** True while sync() runs: from its checkout until the portals are programmed. */
+  get syncing(): boolean {
+    return this.#syncing;
+  }
+
+  /**
+   * Hands pending endpoint changes to the balancers now, without a sync: neither listeners nor rules
+   * depend on endpoints (the legacy proxier also passed endpoint updates straight to its load
+   * balancer), so a scale-out or a dead pod takes effect in microseconds, not after
+   * --iptables-min-sync-period. Only when the source has nothing but endpoint changes pending, no sync
+   * is running (its checkout would be applied after this one) and a first sync has run. Returns the
+   * snapshot applied, or undefined when the caller must queue a sync instead.
+   */
+  applyEndpointChanges(): Snapshot | undefined {
+    if (this.#closed || this.#syncing || this.lastSyncMs === 0) return undefined;
+    if (!this.#source.isInitialized || this.#source.onlyEndpointsPending !== true) return undefined;
+    const snapshot = this.#source.checkout();
+    this.#snapshot = snapshot;
+    this.#applyEndpoints(snapshot);
+    return snapshot;
+  }
+
   /**
    * One sync: applies what changed since the last checkout, retries failed service ports, cleans
    * expired affinity, then programs the portals. Does nothing until the source is initialized.
    */
   async sync(): Promise<SyncResult | undefined> {
-    if (this.#closed || !this.#source.isInitialized) return undefined;
+    if (this.#closed || !this.#source.isInitialized || this.#syncing) return undefined;
+    this.#syncing = true;
+    try {
+      return await this.#sync();
+    } finally {
+      this.#syncing = false;
+    }
+  }
+
+  async #sync(): Promise<SyncResult | undefined> {
     const started = this.#clock.now();
     const full = this.#needFullSync || started - this.#lastFullSyncMs >= this.#options.syncPeriodMs;
     // Thousands of service ports at once would hold the event loop (the checkout, then binds that are
@@ -260,12 +294,7 @@ export class Proxier {
       if (this.#closed) return undefined;
     }
 
-    // Endpoint changes go to the balancers in place.
-    for (const key of snapshot.changedEndpoints) {
-      const info = this.#services.get(key);
-      if (info !== undefined)
-        info.context.balancer.setEndpoints(clusterEndpoints(snapshot.endpoints.get(key)));
-    }
+    this.#applyEndpoints(snapshot);
 
     const now = this.#clock.now();
     const claimHosts = this.#options.nodePortHosts?.() ?? [this.#options.listenHost];
@@ -305,6 +334,15 @@ export class Proxier {
     this.lastSyncMs = this.#clock.now();
     this.lastSyncResult = result;
     return result;
+  }
+
+  /** Endpoint changes go to the running service ports' balancers, in place. */
+  #applyEndpoints(snapshot: Snapshot): void {
+    for (const key of snapshot.changedEndpoints) {
+      const info = this.#services.get(key);
+      if (info !== undefined)
+        info.context.balancer.setEndpoints(clusterEndpoints(snapshot.endpoints.get(key)));
+    }
   }
 
   /** The running service ports and their proxy ports, for the portal programmer. */

@@ -114,6 +114,14 @@ export class ProxyState implements ProxyHandlers {
     return this.#pendingEndpointChanges;
   }
 
+  /**
+   * True when something is pending and all of it is EndpointSlice changes (no Service, no zone change):
+   * a checkout then changes endpoints only, which the proxier can apply without a sync.
+   */
+  get onlyEndpointsPending(): boolean {
+    return this.#dirtyEndpoints.size > 0 && this.#pendingServices.size === 0 && !this.#zoneChanged;
+  }
+
   /** Every Service handler call (kubeproxy_sync_proxy_rules_service_changes_total). */
   get serviceChangesTotal(): number {
     return this.#serviceChangesTotal;

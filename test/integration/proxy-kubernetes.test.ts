@@ -15,7 +15,10 @@ import { ProxyServer } from '../../src/proxy-server.ts';
 import { makeEndpointSlice, makeService, startFakeApiServer } from '../helpers/fake-apiserver.ts';
 import { request, waitFor } from '../helpers/servers.ts';
 
-async function setup(t: { after(fn: () => unknown): void }, options: { down?: boolean } = {}) {
+async function setup(
+  t: { after(fn: () => unknown): void },
+  options: { down?: boolean; minSyncPeriodMs?: number } = {},
+) {
   const api = await startFakeApiServer({ token: 'secret-token' });
   t.after(() => api.close());
   const dir = await mkdtemp(join(tmpdir(), 'kup-kube-'));
@@ -37,7 +40,7 @@ async function setup(t: { after(fn: () => unknown): void }, options: { down?: bo
     bindAddress: '127.0.0.1',
     healthzBindAddress: '127.0.0.1:0',
     metricsBindAddress: '127.0.0.1:0',
-    iptablesMinSyncPeriodMs: 0,
+    iptablesMinSyncPeriodMs: options.minSyncPeriodMs ?? 0,
   };
   const server = new ProxyServer(config, { log: createLogger({ level: 'debug', destination }) });
   await server.start();
@@ -59,6 +62,38 @@ async function pod(t: { after(fn: () => unknown): void }, host: string, port = 0
 function proxyPort(server: ProxyServer, key: string) {
   return server.proxier.get(key as never)?.proxyPort;
 }
+
+test('endpoint changes take effect at once, not after --iptables-min-sync-period', async (t) => {
+  // 30 s between syncs: only the endpoint fast path can apply these in time. The runner's burst of 2
+  // is spent by the first sync and the Service; every endpoint change after that would wait 30 s.
+  const { api, server } = await setup(t, { minSyncPeriodMs: 30_000 });
+  const port = await pod(t, '127.0.0.11');
+  await pod(t, '127.0.0.12', port);
+  await pod(t, '127.0.0.13', port);
+  const ports = [{ name: 'http', protocol: 'TCP', port }];
+  api.create(
+    makeService('shop', 'web', { ports: [{ name: 'http', protocol: 'TCP', port: 80, targetPort: port }] }),
+  );
+  api.create(makeEndpointSlice('shop', 'web-abc', 'web', ['127.0.0.11'], ports));
+  const key = 'shop/web:http/TCP';
+  await waitFor(() => proxyPort(server, key) !== undefined, 5000, 'the service port to open');
+  const syncs = server.proxier.lastSyncMs;
+  for (const ip of ['127.0.0.12', '127.0.0.13', '127.0.0.11', '127.0.0.12']) {
+    const started = Date.now();
+    api.update(makeEndpointSlice('shop', 'web-abc', 'web', [ip], ports));
+    await waitFor(
+      () => server.proxier.get(key as never)?.endpoints[0]?.ip === ip,
+      2000,
+      `endpoint ${ip} in the balancer`,
+    );
+    assert.equal(await request(proxyPort(server, key)!), ip);
+    assert.ok(Date.now() - started < 2000);
+  }
+  // Applied without a sync.
+  assert.equal(server.proxier.lastSyncMs, syncs);
+  const metrics = await (await fetch(`http://127.0.0.1:${server.metricsServer!.port}/metrics`)).text();
+  assert.match(metrics, /kubeproxy_sync_proxy_rules_endpoint_changes_total [5-9]/);
+});
 
 test('Services and EndpointSlices from the API server flow through to traffic', async (t) => {
   const { api, server, healthz } = await setup(t);

@@ -421,3 +421,25 @@ test('incremental: one change among 10,000 services reports just that service', 
   assert.equal(s2.servicePorts.get(key('s7'))?.sessionAffinity, 'ClientIP');
   assert.equal(s2.servicePorts.size, N);
 });
+
+test('onlyEndpointsPending: true for slice changes alone, false once a Service or the zone changes', () => {
+  const { state } = setup();
+  state.onServicesSynced();
+  state.onEndpointSlicesSynced();
+  assert.equal(state.onlyEndpointsPending, false);
+  state.onServiceAdd(svc('a'));
+  state.onEndpointSliceAdd(slice('a-1', 'a', ['10.0.0.1']));
+  assert.equal(state.onlyEndpointsPending, false, 'a Service is pending');
+  state.checkout();
+  assert.equal(state.onlyEndpointsPending, false, 'nothing is pending');
+  state.onEndpointSliceUpdate(slice('a-1', 'a', ['10.0.0.1']), slice('a-1', 'a', ['10.0.0.2']));
+  assert.equal(state.onlyEndpointsPending, true);
+  const snap = state.checkout();
+  assert.deepEqual(sorted(snap.changedEndpoints), [key('a')]);
+  assert.equal(snap.changedServicePorts.size, 0);
+  assert.deepEqual(eps(snap, key('a')), ['10.0.0.2:8080']);
+  assert.equal(state.onlyEndpointsPending, false);
+  state.onEndpointSliceUpdate(slice('a-1', 'a', ['10.0.0.2']), slice('a-1', 'a', ['10.0.0.3']));
+  state.onNodeUpdate(node('zone-b'));
+  assert.equal(state.onlyEndpointsPending, false, 'the zone changed');
+});
