@@ -47,8 +47,8 @@ async function runProxy(mode: string, backends: Backends): Promise<void> {
   const dataOnly: ConnectionObserver = {
     opened() {},
     closed() {},
-    clientData() {},
-    endpointData() {},
+    clientData: () => true,
+    endpointData: () => true,
     wantsData: true,
   };
   const accessLog = mode === 'protocols+log' ? pino(pino.destination('/dev/null')) : undefined;

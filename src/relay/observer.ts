@@ -1,5 +1,5 @@
-// How the data path reports connections to tracing and access logs. The relay calls these at open and
-// close only (never per chunk); `noopObserver` is used when tracing is off.
+// How the data path reports connections to tracing and access logs: at open and close, and with the
+// first bytes while a sniffer wants them; `noopObserver` is used when tracing is off.
 import type { Endpoint } from '../state/endpoint.ts';
 import type { ServicePortName } from '../state/service-port.ts';
 
@@ -39,10 +39,13 @@ export interface ConnectionInfo {
 export interface ConnectionObserver {
   /** The connection reached an endpoint (TCP) or a session started (UDP). */
   opened(conn: ConnectionInfo): void;
-  /** Bytes from the client, before they are written on (only when `wantsData` is true). */
-  clientData?(conn: ConnectionInfo, chunk: Buffer): void;
-  /** Bytes from the endpoint, before they are written on (only when `wantsData` is true). */
-  endpointData?(conn: ConnectionInfo, chunk: Buffer): void;
+  /**
+   * Bytes from the client, before they are written on (only when `wantsData` is true). Returns whether
+   * it wants more: once false, the TCP relay stops calling either of these for the connection.
+   */
+  clientData?(conn: ConnectionInfo, chunk: Buffer): boolean;
+  /** Bytes from the endpoint, as clientData. */
+  endpointData?(conn: ConnectionInfo, chunk: Buffer): boolean;
   /** The connection or session is over; `closeReason` and byte counts are final. */
   closed(conn: ConnectionInfo): void;
   readonly wantsData: boolean;

@@ -79,6 +79,8 @@ class TcpConnection implements ConnectionInfo {
   upstreamEnded = false;
   clientClosed = false;
   upstreamClosed = true;
+  /** The observer still wants the bytes (a sniffer that is not done yet). */
+  sniffing = false;
 
   constructor(listener: TcpListener, client: net.Socket, now: number) {
     this.listener = listener;
@@ -232,19 +234,22 @@ class TcpConnection implements ConnectionInfo {
     upstream.setTimeout(idle);
     client.setTimeout(idle);
     if (idle > 0) client.on('timeout', onIdleTimeout);
+    // A relay of our own rather than pipe(): one shared listener per event (pipe adds seven closures
+    // per direction), and the sniffer is fed from the same 'data' call while it wants bytes.
     client.on('end', onClientEnd);
     upstream.on('end', onUpstreamEnd);
+    client.on('data', onClientData);
+    upstream.on('data', onUpstreamData);
+    client.on('drain', onClientDrain);
+    upstream.on('drain', onUpstreamDrain);
     const observer = this.observer;
     observer.opened(this);
-    if (observer.wantsData) {
-      client.on('data', onClientData);
-      upstream.on('data', onUpstreamData);
-    }
-    client.pipe(upstream);
-    upstream.pipe(client);
+    this.sniffing = observer.wantsData;
+    // Accepted paused (pauseOnConnect): the client's bytes flow from now on.
+    client.resume();
   }
 
-  /** One side sent FIN (already passed on by pipe); bound how long the other side may stay open. */
+  /** One side sent FIN (already passed on); bound how long the other side may stay open. */
   halfClosed(reason: CloseReason): void {
     this.finBy ??= reason;
     const t = this.listener.options.halfCloseTimeoutMs;
@@ -359,13 +364,15 @@ function onClientEnd(this: net.Socket): void {
   const conn = connOf(this);
   if (conn === undefined) return;
   conn.clientEnded = true;
+  conn.upstream?.end();
   conn.halfClosed('client-fin');
 }
 
 function onUpstreamEnd(this: net.Socket): void {
   const conn = connOf(this);
-  if (conn === undefined) return;
+  if (conn === undefined || conn.upstream !== this) return;
   conn.upstreamEnded = true;
+  conn.client.end();
   conn.halfClosed('endpoint-fin');
 }
 
@@ -377,14 +384,30 @@ function onHalfCloseTimeout(this: net.Socket): void {
   connOf(this)?.abort('half-close-timeout');
 }
 
+// The relay. A write that returns false pauses the reading side until the writing side drains.
+
 function onClientData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
-  if (conn !== undefined) conn.observer.clientData?.(conn, chunk);
+  const upstream = conn?.upstream;
+  if (upstream === undefined) return;
+  if (conn!.sniffing) conn!.sniffing = conn!.observer.clientData?.(conn!, chunk) ?? false;
+  if (!upstream.write(chunk)) this.pause();
 }
 
 function onUpstreamData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
-  if (conn?.upstream === this) conn.observer.endpointData?.(conn, chunk);
+  if (conn === undefined || conn.upstream !== this) return;
+  if (conn.sniffing) conn.sniffing = conn.observer.endpointData?.(conn, chunk) ?? false;
+  if (!conn.client.write(chunk)) this.pause();
+}
+
+function onUpstreamDrain(this: net.Socket): void {
+  const conn = connOf(this);
+  if (conn !== undefined && conn.upstream === this) conn.client.resume();
+}
+
+function onClientDrain(this: net.Socket): void {
+  connOf(this)?.upstream?.resume();
 }
 
 /** A listening TCP socket for one service port. */

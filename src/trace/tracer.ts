@@ -231,8 +231,8 @@ class TableObserver implements ConnectionObserver {
 }
 
 /**
- * `protocols`: also a sniffer per connection, fed until it is done. After that each chunk costs a Map
- * lookup and one boolean check (the relay keeps calling while its data listeners stay attached).
+ * `protocols`: also a sniffer per connection, fed until it is done; then the relay stops calling (the
+ * TCP relay checks one boolean per chunk; UDP sessions keep calling, at the cost of a Map lookup).
  */
 class SniffingObserver extends TableObserver {
   override readonly wantsData: boolean = true;
@@ -249,20 +249,22 @@ class SniffingObserver extends TableObserver {
     this.tracer.opened(conn, true);
   }
 
-  clientData(conn: ConnectionInfo, chunk: Buffer): void {
+  clientData(conn: ConnectionInfo, chunk: Buffer): boolean {
     const e = this.#table.get(conn.id);
-    if (e === undefined || !e.sniffing) return;
+    if (e === undefined || !e.sniffing) return false;
     const s = e.sniffer!;
     s.onClientData(chunk, this.#now());
     if (s.done) e.sniffing = false;
+    return e.sniffing;
   }
 
-  endpointData(conn: ConnectionInfo, chunk: Buffer): void {
+  endpointData(conn: ConnectionInfo, chunk: Buffer): boolean {
     const e = this.#table.get(conn.id);
-    if (e === undefined || !e.sniffing) return;
+    if (e === undefined || !e.sniffing) return false;
     const s = e.sniffer!;
     s.onServerData(chunk, this.#now());
     if (s.done) e.sniffing = false;
+    return e.sniffing;
   }
 }
 
