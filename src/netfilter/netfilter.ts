@@ -122,18 +122,25 @@ export class Netfilter {
     ctx: RuleContext,
     options: SyncOptions,
   ): Promise<boolean> {
-    if ((options.checkJumps ?? true) && (await this.#iptables.missingJumps(family)).length > 0) return false;
     const text = restoreText(renderDelta(last.portals, next, ctx));
-    if (text !== '') {
-      try {
-        await this.#iptables.restore(family, text);
-      } catch (err) {
-        if (!isProxyError(err, 'KUP_ERR_IPTABLES_RESTORE')) throw err;
-        // Usually a `-D` of a rule someone else removed: the kernel no longer holds what we think.
-        this.#log.warn({ family, err }, 'Delta restore failed, restoring all rules');
-        return false;
-      }
+    // The jump check runs beside the restore, not before it: the delta does not depend on the jumps,
+    // and when one is missing the full restore that follows puts it back (and rewrites the delta's rules).
+    const [missing, failure] = await Promise.all([
+      (options.checkJumps ?? true) ? this.#iptables.missingJumps(family) : [],
+      text === ''
+        ? undefined
+        : this.#iptables.restore(family, text).then(
+            () => undefined,
+            (err: unknown) => err,
+          ),
+    ]);
+    if (failure !== undefined) {
+      if (!isProxyError(failure, 'KUP_ERR_IPTABLES_RESTORE')) throw failure;
+      // Usually a `-D` of a rule someone else removed: the kernel no longer holds what we think.
+      this.#log.warn({ family, err: failure }, 'Delta restore failed, restoring all rules');
+      return false;
     }
+    if (missing.length > 0) return false;
     this.#applied.set(family, { ctx, portals: next });
     return true;
   }

@@ -67,7 +67,12 @@ export class IptablesPortals implements PortalProgrammer {
       } catch {
         continue;
       }
-      for (const args of parseSave(text).rules.get(KUBE_PORTALS_CONTAINER) ?? []) {
+      // The container-side rules: in the shard chains (and in the portal chain itself, as versions
+      // before the shards wrote them).
+      const rules = [...parseSave(text).rules]
+        .filter(([chain]) => chain.startsWith(KUBE_PORTALS_CONTAINER))
+        .flatMap(([, list]) => list);
+      for (const args of rules) {
         const comment = argValue(args, '--comment');
         const proto = argValue(args, '-p');
         const target =

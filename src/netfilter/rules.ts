@@ -11,6 +11,10 @@ import {
   KUBE_NODEPORT_NON_LOCAL,
   KUBE_PORTALS_CONTAINER,
   KUBE_PORTALS_HOST,
+  PORTAL_SHARDS,
+  type PortalChain,
+  portalShard,
+  portalShardChain,
   type Table,
 } from './chains.ts';
 
@@ -84,24 +88,29 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
 
   const rules: Rule[] = [];
   const nat = (chain: Chain, spec: string) => rules.push({ table: 'nat', chain, spec });
+  // Portal rules live in the shard chain of their destination (see PORTAL_SHARDS).
+  const portal = (chain: PortalChain, ip: string, spec: string) =>
+    nat(portalShardChain(chain, portalShard(ip)), spec);
   const portalIP = (ip: string) => {
-    nat(KUBE_PORTALS_CONTAINER, `${match(sp.port)} ${dst(ip)} ${containerTarget}`);
-    nat(KUBE_PORTALS_HOST, `${match(sp.port)} ${dst(ip)} ${hostTarget}`);
+    portal(KUBE_PORTALS_CONTAINER, ip, `${match(sp.port)} ${dst(ip)} ${containerTarget}`);
+    portal(KUBE_PORTALS_HOST, ip, `${match(sp.port)} ${dst(ip)} ${hostTarget}`);
   };
   for (const ip of clusterIPs) portalIP(ip);
   for (const ip of sp.externalIPs) {
     if (isIP(ip) !== v) continue;
     // From outside through a physical interface, then from pods and host to an externalIP the node owns;
     // host traffic to a non-local externalIP is not captured (as legacy).
-    nat(
+    portal(
       KUBE_PORTALS_CONTAINER,
+      ip,
       `${match(sp.port)} ${dst(ip)} -m physdev ! --physdev-is-in ${containerTarget}`,
     );
-    nat(
+    portal(
       KUBE_PORTALS_CONTAINER,
+      ip,
       `${match(sp.port)} ${dst(ip)} -m addrtype --dst-type LOCAL ${containerTarget}`,
     );
-    nat(KUBE_PORTALS_HOST, `${match(sp.port)} ${dst(ip)} -m addrtype --dst-type LOCAL ${hostTarget}`);
+    portal(KUBE_PORTALS_HOST, ip, `${match(sp.port)} ${dst(ip)} -m addrtype --dst-type LOCAL ${hostTarget}`);
   }
   for (const ip of sp.loadBalancerIPs) if (isIP(ip) === v) portalIP(ip);
 
@@ -123,6 +132,23 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
   return rules;
 }
 
+/**
+ * The rules of the two portal chains: one jump per shard, matching the destination's lowest bits
+ * (`-d 0.0.0.k/0.0.0.31`; `-d ::k/::1f`). Fixed for a family, so a delta never touches them.
+ */
+export function dispatchRules(family: IPFamily): Rule[] {
+  const rules: Rule[] = [];
+  const mask = PORTAL_SHARDS - 1;
+  for (const chain of [KUBE_PORTALS_CONTAINER, KUBE_PORTALS_HOST] as const) {
+    for (let k = 0; k < PORTAL_SHARDS; k++) {
+      const dst =
+        family === 'IPv6' ? `::${k.toString(16)}/::${mask.toString(16)}` : `0.0.0.${k}/0.0.0.${mask}`;
+      rules.push({ table: 'nat', chain, spec: `-d ${dst} -j ${portalShardChain(chain, k)}` });
+    }
+  }
+  return rules;
+}
+
 /** Restore lines (`-I`/`-A`) for the given jumps, per table; empty arrays when none is missing. */
 export function renderJumps(missing: readonly Jump[]): { nat: string[]; filter: string[] } {
   const out: { nat: string[]; filter: string[] } = { nat: [], filter: [] };
@@ -139,6 +165,11 @@ export function renderJumps(missing: readonly Jump[]): { nat: string[]; filter: 
  */
 export function renderRestoreInput(input: RuleInput, missingJumps: readonly Jump[] = []): RestoreText {
   const byChain = new Map<Chain, string[]>();
+  for (const r of dispatchRules(input.family)) {
+    const list = byChain.get(r.chain);
+    if (list) list.push(r.spec);
+    else byChain.set(r.chain, [r.spec]);
+  }
   for (const portal of sortPortals(input.portals))
     for (const r of portalRules(portal, input)) {
       const list = byChain.get(r.chain);
@@ -169,11 +200,16 @@ export function renderDelta(previous: PortalSet, next: PortalSet, ctx: RuleConte
   const curr = toMap(next);
   const deletes: Rule[] = [];
   const adds: Rule[] = [];
-  const keys = new Set<ServicePortKey>([...prev.keys(), ...curr.keys()]);
-  for (const key of [...keys].sort(compareStrings)) {
+  // Only the changed keys are sorted (one or two of 10,000 in a typical delta).
+  const changed: ServicePortKey[] = [];
+  for (const [key, a] of prev) {
+    const b = curr.get(key);
+    if (b === undefined || !samePortal(a, b)) changed.push(key);
+  }
+  for (const key of curr.keys()) if (!prev.has(key)) changed.push(key);
+  for (const key of changed.sort(compareStrings)) {
     const a = prev.get(key);
     const b = curr.get(key);
-    if (a !== undefined && b !== undefined && samePortal(a, b)) continue;
     const before = a === undefined ? [] : portalRules(a, ctx);
     const after = b === undefined ? [] : portalRules(b, ctx);
     // Multiset difference: unchanged rules of a changed service port stay in place.

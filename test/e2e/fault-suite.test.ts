@@ -337,9 +337,17 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
 
   await t.test('rules flushed by someone: repaired within the sync period', async () => {
     const flushedAt = Date.now();
+    // The dispatch rules and the shard chain of WEB_IP (10.96.1.10: shard 10, 0A).
     await sb.exec(node, 'iptables', ['-w', '-t', 'nat', '-F', 'KUBE-PORTALS-CONTAINER']);
+    await sb.exec(node, 'iptables', ['-w', '-t', 'nat', '-F', 'KUBE-PORTALS-CONTAINER-0A']);
     const tookMs = await eventually(
-      async () => (await save()).includes(`-A KUBE-PORTALS-CONTAINER -d ${WEB_IP}/32`),
+      async () => {
+        const s = await save();
+        return (
+          s.includes(`\n-A KUBE-PORTALS-CONTAINER-0A -d ${WEB_IP}/32 `) &&
+          s.includes('\n-A KUBE-PORTALS-CONTAINER -d 0.0.0.10/0.0.0.31 -j KUBE-PORTALS-CONTAINER-0A\n')
+        );
+      },
       {
         timeoutMs: 2000 + 1500,
         intervalMs: 25,
@@ -530,9 +538,10 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
         { what: `4 new rules; got ${JSON.stringify(added)}` },
       );
       // Exactly the container and host portal of each, to its own proxy port, nothing else.
+      // Each in the shard chain of its ClusterIP's lowest 5 bits.
       const expected = [
-        { ip: '10.96.2.1', port: 80, proxyPort: evil.proxyPort },
-        { ip: '10.96.2.2', port: 81, proxyPort: long.proxyPort },
+        { ip: '10.96.2.1', shard: '01', port: 80, proxyPort: evil.proxyPort },
+        { ip: '10.96.2.2', shard: '02', port: 81, proxyPort: long.proxyPort },
       ];
       for (const e of expected) {
         const mine = added.filter((l) => l.includes(`-d ${e.ip}/32 `));
@@ -541,7 +550,7 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
           assert.match(
             l,
             new RegExp(
-              `^-A KUBE-PORTALS-(CONTAINER|HOST) -d ${e.ip}/32 -p tcp -m comment --comment "?[A-Za-z0-9._:/-]{1,255}"? -m tcp --dport ${e.port} -j (REDIRECT --to-ports ${e.proxyPort}|DNAT --to-destination 192\\.168\\.50\\.2:${e.proxyPort})$`,
+              `^-A KUBE-PORTALS-(CONTAINER|HOST)-${e.shard} -d ${e.ip}/32 -p tcp -m comment --comment "?[A-Za-z0-9._:/-]{1,255}"? -m tcp --dport ${e.port} -j (REDIRECT --to-ports ${e.proxyPort}|DNAT --to-destination 192\\.168\\.50\\.2:${e.proxyPort})$`,
             ),
           );
         }

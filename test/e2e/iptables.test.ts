@@ -4,7 +4,7 @@ import type { ChildProcess } from 'node:child_process';
 import { test } from 'node:test';
 import { isProxyError } from '../../src/errors.ts';
 import { silentLogger } from '../../src/log.ts';
-import { createIptables, type Iptables } from '../../src/netfilter/iptables.ts';
+import { createIptables, type Iptables, splitLine } from '../../src/netfilter/iptables.ts';
 import { type FamilyConfig, Netfilter } from '../../src/netfilter/netfilter.ts';
 import { type PortalSpec, portalRules, type RuleContext } from '../../src/netfilter/rules.ts';
 import type { IPFamily, ServicePortName } from '../../src/state/service-port.ts';
@@ -43,6 +43,26 @@ const extra = portal('default', 'extra', 'grpc', {
   proxyPort: 40003,
 });
 
+/** `0A` for shard 10: the shard chains' suffix, spelled out here. */
+const hex2 = (k: number) => k.toString(16).toUpperCase().padStart(2, '0');
+
+/** The shard of a canonical IP, computed here: the lowest 5 bits of its last octet or group. */
+function shardOf(ip: string): number {
+  const last = ip.includes('.')
+    ? Number(ip.split('.').at(-1))
+    : Number.parseInt(ip.split(':').at(-1) || '0', 16);
+  return last & 31;
+}
+
+/** What iptables-save prints for the 64 dispatch rules of a family (shard 0 of IPv6 as `::/::1f`). */
+function dispatchSaveLines(family: IPFamily): string[] {
+  const dst = (k: number) =>
+    family === 'IPv6' ? `${k === 0 ? '::' : `::${k.toString(16)}`}/::1f` : `0.0.0.${k}/0.0.0.31`;
+  return ['KUBE-PORTALS-CONTAINER', 'KUBE-PORTALS-HOST'].flatMap((chain) =>
+    [...Array(32).keys()].map((k) => `-A ${chain} -d ${dst(k)} -j ${chain}-${hex2(k)}`),
+  );
+}
+
 /** Records every restore so the test can tell full restores from deltas. */
 function recording(inner: Iptables): Iptables & { restores: string[] } {
   const restores: string[] = [];
@@ -77,7 +97,10 @@ function ourRules(save: string): Map<string, number> {
   return counts;
 }
 
-/** What the rules of `portals` should leave in iptables-save, counted the same way. */
+/**
+ * What the rules of `portals` should leave in iptables-save, counted the same way: the jumps, 32 dispatch
+ * rules in each portal chain, and each portal rule in the shard chain of its destination (computed here).
+ */
 function wanted(portals: PortalSpec[], config: FamilyConfig): Map<string, number> {
   const ctx: RuleContext = { ...config, localAddresses: [] };
   const counts = new Map<string, number>([
@@ -86,9 +109,16 @@ function wanted(portals: PortalSpec[], config: FamilyConfig): Map<string, number
     ['PREROUTING->KUBE-NODEPORT-CONTAINER', 1],
     ['OUTPUT->KUBE-NODEPORT-HOST', 1],
     ['INPUT->KUBE-NODEPORT-NON-LOCAL', 1],
+    ['KUBE-PORTALS-CONTAINER', 32],
+    ['KUBE-PORTALS-HOST', 32],
   ]);
   for (const p of portals)
-    for (const r of portalRules(p, ctx)) counts.set(r.chain, (counts.get(r.chain) ?? 0) + 1);
+    for (const r of portalRules(p, ctx)) {
+      const base = /^KUBE-PORTALS-(CONTAINER|HOST)/.exec(r.chain)?.[0];
+      const ip = /-d (\S+)\/\d+ /.exec(r.spec)?.[1];
+      const chain = base === undefined ? r.chain : `${base}-${hex2(shardOf(ip!))}`;
+      counts.set(chain, (counts.get(chain) ?? 0) + 1);
+    }
   return counts;
 }
 
@@ -109,12 +139,20 @@ test('full restore, delta, repair and cleanup with the real iptables in a namesp
     const save = await saved(sb, ns, 'IPv4');
     assert.match(
       save,
-      /\n-A KUBE-PORTALS-CONTAINER -d 10\.96\.0\.10\/32 -p udp -m comment --comment "?kube-system\/kube-dns:dns"? -m udp --dport 53 -j REDIRECT --to-ports 40001\n/,
+      /\n-A KUBE-PORTALS-CONTAINER-0A -d 10\.96\.0\.10\/32 -p udp -m comment --comment "?kube-system\/kube-dns:dns"? -m udp --dport 53 -j REDIRECT --to-ports 40001\n/,
     );
     assert.match(
       save,
-      /-A KUBE-PORTALS-HOST -d 10\.96\.0\.20\/32 .* -j DNAT --to-destination 192\.168\.50\.2:40002\n/,
+      /\n-A KUBE-PORTALS-HOST-14 -d 10\.96\.0\.20\/32 .* -j DNAT --to-destination 192\.168\.50\.2:40002\n/,
     );
+    // The portal chains hold only the dispatch rules, in shard order.
+    const dispatch = (text: string, chain: string) =>
+      text.split('\n').filter((l) => l.startsWith(`-A ${chain} `));
+    for (const chain of ['KUBE-PORTALS-CONTAINER', 'KUBE-PORTALS-HOST'])
+      assert.deepEqual(
+        dispatch(save, chain),
+        dispatchSaveLines('IPv4').filter((l) => l.startsWith(`-A ${chain} `)),
+      );
     const prerouting = save.split('\n').filter((l) => l.startsWith('-A PREROUTING'));
     assert.match(prerouting[0] ?? '', /-j KUBE-PORTALS-CONTAINER$/, 'portal jump first');
     assert.match(
@@ -124,7 +162,20 @@ test('full restore, delta, repair and cleanup with the real iptables in a namesp
     );
     assert.doesNotMatch(save, /-A KUBE-PORTALS-HOST -j ACCEPT/);
     const v6save = await saved(sb, ns, 'IPv6');
-    assert.match(v6save, /-d fd00:96::20\/128 .* -j DNAT --to-destination \[fd00:50::2\]:40002/);
+    assert.match(
+      v6save,
+      /\n-A KUBE-PORTALS-HOST-00 -d fd00:96::20\/128 .* -j DNAT --to-destination \[fd00:50::2\]:40002\n/,
+    );
+    // 2001:db8::1 (the LB IP) is in shard 1.
+    assert.match(
+      v6save,
+      /\n-A KUBE-PORTALS-CONTAINER-01 -d 2001:db8::1\/128 .* -j REDIRECT --to-ports 40002\n/,
+    );
+    for (const chain of ['KUBE-PORTALS-CONTAINER', 'KUBE-PORTALS-HOST'])
+      assert.deepEqual(
+        dispatch(v6save, chain),
+        dispatchSaveLines('IPv6').filter((l) => l.startsWith(`-A ${chain} `)),
+      );
     assert.doesNotMatch(v6save, /10\.96\./);
   });
 
@@ -135,8 +186,19 @@ test('full restore, delta, repair and cleanup with the real iptables in a namesp
     assert.equal(iptables.restores.length, 1, 'IPv6 has nothing to change');
     const delta = iptables.restores[0] ?? '';
     assert.doesNotMatch(delta, /^:/m, 'a delta never flushes a chain');
-    assert.equal(delta.split('\n').filter((l) => l.startsWith('-D')).length, 2);
-    assert.equal(delta.split('\n').filter((l) => l.startsWith('-A')).length, 2);
+    // kube-dns (10.96.0.10) leaves shard 0A, extra (10.96.0.30) joins shard 1E; no dispatch rule moves.
+    assert.deepEqual(
+      delta
+        .split('\n')
+        .filter((l) => l.startsWith('-'))
+        .map((l) => l.split(' ').slice(0, 2).join(' ')),
+      [
+        '-D KUBE-PORTALS-CONTAINER-0A',
+        '-D KUBE-PORTALS-HOST-0A',
+        '-A KUBE-PORTALS-CONTAINER-1E',
+        '-A KUBE-PORTALS-HOST-1E',
+      ],
+    );
     assert.doesNotMatch(await saved(sb, ns, 'IPv4'), /kube-dns/);
   });
 
@@ -164,14 +226,17 @@ test('full restore, delta, repair and cleanup with the real iptables in a namesp
     await nf.sync([web, evil, extra], { full: false });
     await check([web, evil, extra], 'after repairing a missing jump');
     assert.deepEqual(kinds(), ['full'], 'IPv4 found its jump missing; IPv6 had nothing to do');
-    // Only rules flushed: the delta's -D of a flushed rule fails, and the same sync restores everything.
+    // Only rules flushed: the delta's -D of a flushed rule (extra's, in shard 1E) fails, and the same
+    // sync restores everything, the dispatch rules too.
     await sb.exec(ns, 'iptables', ['-w', '-t', 'nat', '-F', 'KUBE-PORTALS-HOST']);
+    await sb.exec(ns, 'iptables', ['-w', '-t', 'nat', '-F', 'KUBE-PORTALS-HOST-1E']);
     await nf.sync([web, evil], { full: false });
     await check([web, evil], 'after a failed delta');
     assert.deepEqual(kinds(), ['delta', 'full']);
-    // Nothing that a delta would touch: the periodic full sync repairs it.
+    // Nothing that a delta would touch (the dispatch rules among it): the periodic full sync repairs it.
     await sb.exec(ns, 'iptables', ['-w', '-t', 'filter', '-F', 'KUBE-NODEPORT-NON-LOCAL']);
     await sb.exec(ns, 'ip6tables', ['-w', '-t', 'nat', '-F', 'KUBE-NODEPORT-HOST']);
+    await sb.exec(ns, 'ip6tables', ['-w', '-t', 'nat', '-F', 'KUBE-PORTALS-CONTAINER']);
     await nf.sync([web, evil], { full: true });
     await nf.sync([web, evil], { full: true });
     await check([web, evil], 'after full syncs (jumps not duplicated)');
@@ -192,7 +257,18 @@ test('full restore, delta, repair and cleanup with the real iptables in a namesp
     await check([web, evil], 'after a rejected restore (nothing applied)');
   });
 
-  await t.test('cleanup leaves no KUBE- chain and is safe twice', async () => {
+  await t.test('cleanup leaves no KUBE- chain and is safe twice, also shards of another count', async () => {
+    // What a version with 64 shards would have left besides ours: shard chains we never declare.
+    await sb.exec(ns, 'iptables', ['-w', '-t', 'nat', '-N', 'KUBE-PORTALS-CONTAINER-3F']);
+    await sb.exec(ns, 'iptables', [
+      ...['-w', '-t', 'nat', '-A', 'KUBE-PORTALS-CONTAINER'],
+      ...['-d', '0.0.0.63/0.0.0.63', '-j', 'KUBE-PORTALS-CONTAINER-3F'],
+    ]);
+    await sb.exec(ns, 'ip6tables', ['-w', '-t', 'nat', '-N', 'KUBE-PORTALS-HOST-20']);
+    await sb.exec(ns, 'ip6tables', [
+      ...['-w', '-t', 'nat', '-A', 'KUBE-PORTALS-HOST'],
+      ...['-d', '::20/::3f', '-j', 'KUBE-PORTALS-HOST-20'],
+    ]);
     await nf.cleanup();
     for (const family of ['IPv4', 'IPv6'] as const) assert.doesNotMatch(await saved(sb, ns, family), /KUBE-/);
     await nf.cleanup();
@@ -200,6 +276,110 @@ test('full restore, delta, repair and cleanup with the real iptables in a namesp
     await createIptables(sb.run(clean)).cleanup('IPv4');
     assert.doesNotMatch(await saved(sb, clean, 'IPv4'), /KUBE-/);
   });
+});
+
+/** A ClusterIP in shard `k` whose other bits vary with `m`: last octet 32·(1..6) + k, never .0 or .255. */
+function spreadIPv4(k: number, m: number): string {
+  return `10.${97 + m}.${k}.${32 * (((k + m) % 6) + 1) + k}`;
+}
+/** An IPv6 ClusterIP in shard `k`: last group 0x20·(1..6) + k, so only its lowest 5 bits name the shard. */
+function spreadIPv6(k: number, m: number): string {
+  return `fd00:${97 + m}::${k.toString(16)}:${(32 * (((k + m) % 6) + 1) + k).toString(16)}`;
+}
+
+test('portals spread over all 32 shards land in the shard chain of their IP; cleanup removes every chain', async (t) => {
+  if (!requireRootOrSkip(t)) return;
+  const sb = await createSandbox(t);
+  const ns = await sb.createNamespace('shards');
+  const iptables = recording(createIptables(sb.run(ns)));
+  const nf = new Netfilter({ iptables, log: silentLogger(), families: [v4, v6] });
+  // Two dual-stack services per shard, whose IPs differ in every bit but the shard bits.
+  const shardOfSvc = new Map<string, number>();
+  const portals: PortalSpec[] = [];
+  for (let k = 0; k < 32; k++)
+    for (const m of [0, 1]) {
+      const p = portal('shards', `s${k}-${m}`, 'p', {
+        clusterIPs: [spreadIPv4(k, m), spreadIPv6(k, m)],
+        proxyPort: 41000 + 2 * k + m,
+      });
+      shardOfSvc.set(p.servicePort.name, k);
+      portals.push(p);
+    }
+
+  /** Checks every portal rule's chain against its IP, and every shard's rule count. */
+  const check = async (live: PortalSpec[], what: string) => {
+    const want = new Set<string>(live.map((p) => p.servicePort.name));
+    for (const family of ['IPv4', 'IPv6'] as const) {
+      const save = await saved(sb, ns, family);
+      const lines = save.split('\n');
+      for (const line of dispatchSaveLines(family))
+        assert.ok(lines.includes(line), `${family} ${what}: ${line}`);
+      const perChain = new Map<string, number>();
+      const seen = new Map<string, number>();
+      for (const line of lines.filter((l) => /^-A KUBE-PORTALS-(CONTAINER|HOST)-/.test(l))) {
+        const args = splitLine(line);
+        const chain = args[1]!;
+        const name = args[args.indexOf('--comment') + 1]!;
+        const ip = args[args.indexOf('-d') + 1]!.replace(/\/\d+$/, '');
+        const k = shardOfSvc.get(name);
+        assert.ok(k !== undefined && want.has(name), `${family} ${what}: unexpected ${line}`);
+        assert.equal(shardOf(ip), k, `${family} ${what}: ${line}`);
+        assert.equal(chain.slice(-3), `-${hex2(k)}`, `${family} ${what}: ${line} is not in shard ${hex2(k)}`);
+        perChain.set(chain, (perChain.get(chain) ?? 0) + 1);
+        seen.set(name, (seen.get(name) ?? 0) + 1);
+      }
+      // A container and a host rule for each live service, and nothing else in the shards.
+      assert.deepEqual([...seen.keys()].sort(), [...want].sort(), `${family} ${what}`);
+      for (const [name, n] of seen) assert.equal(n, 2, `${family} ${what}: ${name}`);
+      for (const [chain, n] of perChain) {
+        const k = Number.parseInt(chain.slice(-2), 16);
+        const expected = live.filter((p) => shardOfSvc.get(p.servicePort.name) === k).length;
+        assert.equal(n, expected, `${family} ${what}: ${chain}`);
+      }
+    }
+  };
+
+  await nf.sync(portals, { full: true });
+  await check(portals, 'after the full restore');
+  // Every one of the 64 shard chains of each family holds exactly two rules (one per service).
+  for (const family of ['IPv4', 'IPv6'] as const) {
+    const counts = ourRules(await saved(sb, ns, family));
+    for (const side of ['CONTAINER', 'HOST'])
+      for (let k = 0; k < 32; k++)
+        assert.equal(counts.get(`KUBE-PORTALS-${side}-${hex2(k)}`), 2, `${family} ${side} ${k}`);
+  }
+
+  // A delta that empties shard 1F and adds to shard 00 touches only those shard chains.
+  iptables.restores.length = 0;
+  const extra = portal('shards', 'late', 'p', {
+    clusterIPs: [spreadIPv4(0, 2), spreadIPv6(0, 2)],
+    proxyPort: 41999,
+  });
+  shardOfSvc.set(extra.servicePort.name, 0);
+  const next = [...portals.filter((p) => shardOfSvc.get(p.servicePort.name) !== 31), extra];
+  await nf.sync(next, { full: false });
+  assert.equal(iptables.restores.length, 2, 'one delta per family');
+  for (const delta of iptables.restores) {
+    const chains = new Set(
+      delta
+        .split('\n')
+        .filter((l) => l.startsWith('-'))
+        .map((l) => l.split(' ').slice(0, 2).join(' ')),
+    );
+    assert.deepEqual(
+      chains,
+      new Set([
+        '-D KUBE-PORTALS-CONTAINER-1F',
+        '-D KUBE-PORTALS-HOST-1F',
+        '-A KUBE-PORTALS-CONTAINER-00',
+        '-A KUBE-PORTALS-HOST-00',
+      ]),
+    );
+  }
+  await check(next, 'after the delta');
+
+  await nf.cleanup();
+  for (const family of ['IPv4', 'IPv6'] as const) assert.doesNotMatch(await saved(sb, ns, family), /KUBE-/);
 });
 
 const SERVER = `
@@ -229,6 +409,31 @@ setTimeout(() => { console.error('timeout'); process.exit(2); }, 3000).unref();
 u.connect(${port}, ${JSON.stringify(host)}, () => u.send('ping'));
 u.on('message', (m) => { process.stdout.write(String(m)); u.close(); });
 `;
+}
+
+/** Connects to port 80 of every host at once; prints the local address each server saw (or the error). */
+function tcpClients(hosts: string[]): string {
+  return `
+const net = require('node:net');
+const one = (host) => new Promise((resolve) => {
+  const s = net.connect({ host, port: 80 });
+  let d = '';
+  s.setTimeout(3000, () => { s.destroy(); resolve(host + ': timeout'); });
+  s.on('data', (c) => (d += c)).on('end', () => resolve(d === '' ? host + ': empty' : JSON.parse(d).local));
+  s.on('error', (e) => resolve(host + ': ' + e.message));
+});
+Promise.all(${JSON.stringify(hosts)}.map(one)).then((r) => process.stdout.write(JSON.stringify(r)));
+`;
+}
+
+/** Packets counted by the rule for `-d ip/32` in each chain (`iptables-save -c`). */
+function packetsByChain(save: string, ip: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of save.split('\n')) {
+    const m = /^\[(\d+):\d+\] -A (\S+) (.*)$/.exec(line);
+    if (m && m[3]!.includes(`-d ${ip}/32 `)) out.set(m[2]!, (out.get(m[2]!) ?? 0) + Number(m[1]));
+  }
+  return out;
 }
 
 async function waitForLine(child: ChildProcess, want: string, ms: number): Promise<void> {
@@ -264,8 +469,13 @@ test('traffic: pod to ClusterIP via REDIRECT, node to ClusterIP via DNAT, NodePo
   });
   const server = sb.spawnIn(cluster.node, process.execPath, ['-e', SERVER]);
   await waitForLine(server, 'ready', 10_000);
+  // One ClusterIP in each of the 32 shards, all to the same listener: every dispatch rule carries traffic.
+  const spread = [...Array(32).keys()].map((k) => spreadIPv4(k, 5));
   await nf.sync(
     [
+      ...spread.map((ip, k) =>
+        portal('default', `shard-${k}`, 'http', { clusterIPs: [ip], proxyPort: 40080 }),
+      ),
       portal('default', 'web', 'http', {
         clusterIPs: ['10.96.0.20'],
         port: 80,
@@ -303,6 +513,31 @@ test('traffic: pod to ClusterIP via REDIRECT, node to ClusterIP via DNAT, NodePo
     `${cluster.nodeIP}:40080`,
   );
   assert.equal(await get(pod.ns, udpClient('10.96.0.10', 53)), 'pong:ping');
+
+  // Pod and node to the ClusterIPs of all 32 shards: each answered through the rule in its own shard chain.
+  assert.deepEqual(
+    JSON.parse(await get(pod.ns, tcpClients(spread))),
+    spread.map(() => `${cluster.bridgeIP}:40080`),
+  );
+  assert.deepEqual(
+    JSON.parse(await get(cluster.node, tcpClients(spread))),
+    spread.map(() => `${cluster.nodeIP}:40080`),
+  );
+  const counted = (await sb.exec(cluster.node, 'iptables-save', ['-c', '-t', 'nat'])).stdout;
+  for (const [k, ip] of spread.entries()) {
+    const packets = packetsByChain(counted, ip);
+    assert.deepEqual([...packets.keys()].sort(), [
+      `KUBE-PORTALS-CONTAINER-${hex2(k)}`,
+      `KUBE-PORTALS-HOST-${hex2(k)}`,
+    ]);
+    for (const [chain, n] of packets) assert.ok(n > 0, `${ip}: the rule in ${chain} counted no packet`);
+  }
+  // The web ClusterIP 10.96.0.20 (shard 14) too, through its container rule (pod) and host rule (node).
+  const web = packetsByChain(counted, '10.96.0.20');
+  assert.ok(
+    (web.get('KUBE-PORTALS-CONTAINER-14') ?? 0) > 0 && (web.get('KUBE-PORTALS-HOST-14') ?? 0) > 0,
+    JSON.stringify([...web]),
+  );
 
   // The UDP flow above left a conntrack entry; flushing twice is fine ("0 flow entries" the second time).
   await iptables.flushConntrackUDP('10.96.0.10');

@@ -22,6 +22,8 @@ import { service, slice } from '../helpers/manifests.ts';
 import { createSandbox, requireRootOrSkip } from '../helpers/netns.ts';
 
 const CLUSTER_IP = '10.96.5.10';
+/** The shard chains of CLUSTER_IP's lowest 5 bits (10: `0A`) hold its portal rules. */
+const CLUSTER_IP_SHARD = '0A';
 
 test('least privilege: NET_ADMIN is enough (NET_RAW too on iptables-legacy); without it the proxy says so', {
   timeout: 90_000,
@@ -167,8 +169,21 @@ test('least privilege: NET_ADMIN is enough (NET_RAW too on iptables-legacy); wit
     await eventually(async () => (await pod.tcp(CLUSTER_IP, 80, 300)).data === 'pod0', {
       what: `traffic through legacy rules; ${withRaw.logs.join('\n')}`,
     });
-    const legacySave = (await sb.exec(node, join(legacyDir, 'iptables-save'), ['-t', 'nat'])).stdout;
-    assert.match(legacySave, new RegExp(`-A KUBE-PORTALS-CONTAINER -d ${CLUSTER_IP}/32`));
+    // The legacy backend took the non-contiguous dispatch masks, and the traffic above went through them.
+    const legacySave = (await sb.exec(node, join(legacyDir, 'iptables-save'), ['-c', '-t', 'nat'])).stdout;
+    const counted = (line: RegExp) => Number(line.exec(legacySave)?.[1] ?? 0);
+    const dispatch = counted(
+      new RegExp(
+        `\\n\\[(\\d+):\\d+\\] -A KUBE-PORTALS-CONTAINER -d 0\\.0\\.0\\.10/0\\.0\\.0\\.31 -j KUBE-PORTALS-CONTAINER-${CLUSTER_IP_SHARD}\\n`,
+      ),
+    );
+    const portal = counted(
+      new RegExp(`\\n\\[(\\d+):\\d+\\] -A KUBE-PORTALS-CONTAINER-${CLUSTER_IP_SHARD} -d ${CLUSTER_IP}/32 `),
+    );
+    assert.ok(
+      dispatch > 0 && portal > 0,
+      `legacy counters: dispatch ${dispatch}, portal ${portal}\n${legacySave}`,
+    );
     const caps = await capEff(withRaw.child.pid!);
     assert.equal(caps, (1n << BigInt(CAP_NET_ADMIN)) | (1n << BigInt(CAP_NET_RAW)));
     t.diagnostic(

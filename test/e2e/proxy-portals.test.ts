@@ -15,9 +15,13 @@ import {
 import { service, slice } from '../helpers/manifests.ts';
 import { createSandbox, requireRootOrSkip } from '../helpers/netns.ts';
 
+// Portal rules live in the shard chain of their IP's lowest 5 bits (KUBE-PORTALS-CONTAINER-14 for .20).
 const CLUSTER_IP = '10.96.0.20';
+const CLUSTER_IP_SHARD = '14';
 const CLUSTER_IP6 = 'fd00:96::20';
-const V6_ONLY_IP = 'fd00:96::60';
+/** 0x7b: shard 27, `1B`, so IPv6 traffic also goes through a shard other than 0 (fd00:96::20 is in 0). */
+const V6_ONLY_IP = 'fd00:96::7b';
+const V6_ONLY_SHARD = '1B';
 const DNS_IP = '10.96.0.10';
 const API_IP = '10.96.0.30';
 const ECHO_IP = '10.96.0.31';
@@ -131,6 +135,12 @@ test('the proxy process with real iptables in network namespaces', { timeout: 12
   const manifest = await createManifest(t);
   await manifest.write(baseObjects());
   const save = async (cmd = 'iptables-save', args = ['-t', 'nat']) => (await sb.exec(node, cmd, args)).stdout;
+  /** Packets counted by the nat rules of `chain` whose line includes every one of `parts`. */
+  const packets = async (chain: string, parts: string[], cmd = 'iptables-save') =>
+    (await save(cmd, ['-c', '-t', 'nat']))
+      .split('\n')
+      .filter((l) => l.includes(`] -A ${chain} `) && parts.every((p) => l.includes(p)))
+      .reduce((n, l) => n + Number(/^\[(\d+):/.exec(l)?.[1] ?? 0), 0);
 
   let proxy = new ProxyProcess(cluster, manifest.file);
   t.after(() => proxy.stop());
@@ -141,10 +151,31 @@ test('the proxy process with real iptables in network namespaces', { timeout: 12
   );
   await eventually(async () => (await pod.tcp(CLUSTER_IP, 80, 300)).ok, { what: 'the first rules' });
 
-  await t.test('pod → ClusterIP:port over TCP', async () => {
-    await answers(pod, CLUSTER_IP, 80, 'pod0 → ClusterIP');
-    await answers(cluster.pods[2]!.agent, CLUSTER_IP, 80, 'pod2 → ClusterIP');
-  });
+  await t.test(
+    'pod → ClusterIP:port over TCP, through the rule in the shard chain of the ClusterIP',
+    async () => {
+      const shard = `KUBE-PORTALS-CONTAINER-${CLUSTER_IP_SHARD}`;
+      const dispatch = ['-d 0.0.0.20/0.0.0.31', `-j ${shard}`];
+      const before = [
+        await packets(shard, [`-d ${CLUSTER_IP}/32`]),
+        await packets('KUBE-PORTALS-CONTAINER', dispatch),
+      ];
+      await answers(pod, CLUSTER_IP, 80, 'pod0 → ClusterIP');
+      await answers(cluster.pods[2]!.agent, CLUSTER_IP, 80, 'pod2 → ClusterIP');
+      const after = [
+        await packets(shard, [`-d ${CLUSTER_IP}/32`]),
+        await packets('KUBE-PORTALS-CONTAINER', dispatch),
+      ];
+      assert.ok(
+        after[0]! >= before[0]! + 2,
+        `the portal rule in ${shard} counted both connections: ${before} → ${after}`,
+      );
+      assert.ok(
+        after[1]! >= before[1]! + 2,
+        `the dispatch rule to ${shard} counted both: ${before} → ${after}`,
+      );
+    },
+  );
 
   await t.test('pod → ClusterIP:port over UDP, the reply comes from ClusterIP:port', async () => {
     const r = await pod.udp(DNS_IP, 53, { send: 'ping' });
@@ -159,7 +190,7 @@ test('the proxy process with real iptables in network namespaces', { timeout: 12
     assert.match(
       await save(),
       new RegExp(
-        `-A KUBE-PORTALS-HOST -d ${CLUSTER_IP}/32 .*-j DNAT --to-destination ${cluster.nodeIP}:${web.proxyPort}\\n`,
+        `\\n-A KUBE-PORTALS-HOST-${CLUSTER_IP_SHARD} -d ${CLUSTER_IP}/32 .*-j DNAT --to-destination ${cluster.nodeIP}:${web.proxyPort}\\n`,
       ),
     );
   });
@@ -195,7 +226,11 @@ test('the proxy process with real iptables in network namespaces', { timeout: 12
 
   await t.test('IPv6: pod → [ClusterIP]:port (dual-stack and IPv6-only Services)', async () => {
     await answers(pod, CLUSTER_IP6, 80, 'pod → [dual-stack v6 ClusterIP]');
+    const v6shard = `KUBE-PORTALS-CONTAINER-${V6_ONLY_SHARD}`;
+    const before = await packets(v6shard, [`-d ${V6_ONLY_IP}/128`], 'ip6tables-save');
     await answers(pod, V6_ONLY_IP, 80, 'pod → [IPv6-only ClusterIP]');
+    const after = await packets(v6shard, [`-d ${V6_ONLY_IP}/128`], 'ip6tables-save');
+    assert.ok(after > before, `the rule in ${v6shard} counted the connection: ${before} → ${after}`);
     await answers(nodeAgent, CLUSTER_IP6, 80, 'node → [v6 ClusterIP] (host DNAT)');
     const v6only = find((await proxy.services())!, 'default/v6only:http')!;
     assert.ok(
@@ -205,7 +240,7 @@ test('the proxy process with real iptables in network namespaces', { timeout: 12
     assert.match(
       await save('ip6tables-save'),
       new RegExp(
-        `-A KUBE-PORTALS-CONTAINER -d ${V6_ONLY_IP}/128 .*-j REDIRECT --to-ports ${v6only.proxyPort}`,
+        `\\n-A KUBE-PORTALS-CONTAINER-${V6_ONLY_SHARD} -d ${V6_ONLY_IP}/128 .*-j REDIRECT --to-ports ${v6only.proxyPort}\\n`,
       ),
     );
   });
@@ -300,7 +335,9 @@ test('the proxy process with real iptables in network namespaces', { timeout: 12
       'handle ClusterIPs; NOTE: this must be before the NodePort rules',
     ];
     const brokenAt = Date.now();
+    // The dispatch rules and the shard chain holding the ClusterIP's rule.
     await sb.exec(node, 'iptables', ['-w', '-t', 'nat', '-F', 'KUBE-PORTALS-CONTAINER']);
+    await sb.exec(node, 'iptables', ['-w', '-t', 'nat', '-F', `KUBE-PORTALS-CONTAINER-${CLUSTER_IP_SHARD}`]);
     // Rejects unless the jump was there: proof it was deleted. The state is not read back here, since a
     // periodic sync may already have repaired it.
     await sb.exec(node, 'iptables', [
@@ -317,7 +354,10 @@ test('the proxy process with real iptables in network namespaces', { timeout: 12
       async () => {
         const s = await save();
         return (
-          s.includes(`-A KUBE-PORTALS-CONTAINER -d ${CLUSTER_IP}/32`) &&
+          s.includes(`\n-A KUBE-PORTALS-CONTAINER-${CLUSTER_IP_SHARD} -d ${CLUSTER_IP}/32 `) &&
+          s.includes(
+            `\n-A KUBE-PORTALS-CONTAINER -d 0.0.0.20/0.0.0.31 -j KUBE-PORTALS-CONTAINER-${CLUSTER_IP_SHARD}\n`,
+          ) &&
           /-A PREROUTING .*-j KUBE-PORTALS-CONTAINER/.test(s)
         );
       },
@@ -359,7 +399,10 @@ test('the proxy process with real iptables in network namespaces', { timeout: 12
     );
     assert.equal(code, 0, old.logTail());
     assert.deepEqual(ports(after), ports(before), 'the same proxy ports');
-    assert.match(proxy.logs.join('\n'), /Reusing the proxy ports of the rules in place/);
+    // Read back from the container-side rules in the shard chains: every service port, both families.
+    const reused = proxy.logs.find((l) => l.includes('Reusing the proxy ports of the rules in place'));
+    assert.ok(reused, proxy.logTail());
+    assert.equal(JSON.parse(reused).servicePorts, before?.length, reused);
     assert.ok(samples.at(-1)?.ok, 'traffic recovered');
     assert.ok(gapMs < 5000, `gap ${gapMs} ms`);
   });

@@ -1,10 +1,23 @@
 import assert from 'node:assert/strict';
+import { isIP } from 'node:net';
 import { test } from 'node:test';
-import { ALL_CHAINS, JUMPS } from '../../src/netfilter/chains.ts';
+import {
+  ALL_CHAINS,
+  CHAINS,
+  isOurChain,
+  JUMPS,
+  KUBE_PORTALS_CONTAINER,
+  KUBE_PORTALS_HOST,
+  PORTAL_SHARDS,
+  portalShard,
+  portalShardChain,
+} from '../../src/netfilter/chains.ts';
 import { splitLine } from '../../src/netfilter/iptables.ts';
 import {
+  dispatchRules,
   MAX_COMMENT_LENGTH,
   type PortalSpec,
+  portalRules,
   type RuleContext,
   renderDelta,
   renderRestoreInput,
@@ -12,7 +25,7 @@ import {
   sameContext,
   sanitizeComment,
 } from '../../src/netfilter/rules.ts';
-import type { ServicePortName } from '../../src/state/service-port.ts';
+import type { IPFamily, ServicePortName } from '../../src/state/service-port.ts';
 import { manyPortals, portal } from '../helpers/portals.ts';
 
 const v4: RuleContext = {
@@ -24,17 +37,61 @@ const v4: RuleContext = {
 };
 const v6: RuleContext = { ...v4, family: 'IPv6', bindAddress: '::', hostIP: 'fd00::5' };
 
-const NAT_HEAD = `*nat
-:KUBE-PORTALS-CONTAINER - [0:0]
-:KUBE-PORTALS-HOST - [0:0]
-:KUBE-NODEPORT-CONTAINER - [0:0]
-:KUBE-NODEPORT-HOST - [0:0]
-`;
+// The expected layout, spelled out here rather than taken from the code under test: 32 shards per portal
+// chain, named with two upper-case hex digits, chosen by the destination's lowest 5 bits.
+const SHARD_NUMBERS = Array.from({ length: 32 }, (_, k) => k);
+/** `0A` for shard 10. */
+const hex2 = (k: number) => k.toString(16).toUpperCase().padStart(2, '0');
+
+/** `*nat` and the `:CHAIN` lines of a full restore: the four base chains, then the 64 shard chains. */
+const NAT_CHAINS = [
+  '*nat',
+  ':KUBE-PORTALS-CONTAINER - [0:0]',
+  ':KUBE-PORTALS-HOST - [0:0]',
+  ':KUBE-NODEPORT-CONTAINER - [0:0]',
+  ':KUBE-NODEPORT-HOST - [0:0]',
+  ...SHARD_NUMBERS.map((k) => `:KUBE-PORTALS-CONTAINER-${hex2(k)} - [0:0]`),
+  ...SHARD_NUMBERS.map((k) => `:KUBE-PORTALS-HOST-${hex2(k)} - [0:0]`),
+  '',
+].join('\n');
+
+/** The 64 dispatch rules of a family: each portal chain jumps to shard k for destinations ending in k. */
+function dispatchLines(family: IPFamily): string {
+  const dst = (k: number) => (family === 'IPv6' ? `::${k.toString(16)}/::1f` : `0.0.0.${k}/0.0.0.31`);
+  return ['KUBE-PORTALS-CONTAINER', 'KUBE-PORTALS-HOST']
+    .flatMap((chain) => SHARD_NUMBERS.map((k) => `-A ${chain} -d ${dst(k)} -j ${chain}-${hex2(k)}\n`))
+    .join('');
+}
+
+const NAT_HEAD = NAT_CHAINS + dispatchLines('IPv4');
+const NAT_HEAD6 = NAT_CHAINS + dispatchLines('IPv6');
 const FILTER_EMPTY = `*filter
 :KUBE-NODEPORT-NON-LOCAL - [0:0]
 COMMIT
 `;
 
+test('the expected nat head of these tests (checked, since every golden builds on it)', () => {
+  const lines = NAT_HEAD.split('\n');
+  assert.equal(lines.filter((l) => l.startsWith(':')).length, 4 + 64);
+  assert.equal(lines.filter((l) => l.startsWith('-A ')).length, 64);
+  for (const line of [
+    ':KUBE-PORTALS-CONTAINER-00 - [0:0]',
+    ':KUBE-PORTALS-CONTAINER-0A - [0:0]',
+    ':KUBE-PORTALS-HOST-1F - [0:0]',
+    '-A KUBE-PORTALS-CONTAINER -d 0.0.0.0/0.0.0.31 -j KUBE-PORTALS-CONTAINER-00',
+    '-A KUBE-PORTALS-CONTAINER -d 0.0.0.20/0.0.0.31 -j KUBE-PORTALS-CONTAINER-14',
+    '-A KUBE-PORTALS-HOST -d 0.0.0.31/0.0.0.31 -j KUBE-PORTALS-HOST-1F',
+  ])
+    assert.ok(lines.includes(line), line);
+  for (const line of [
+    '-A KUBE-PORTALS-CONTAINER -d ::0/::1f -j KUBE-PORTALS-CONTAINER-00',
+    '-A KUBE-PORTALS-CONTAINER -d ::1a/::1f -j KUBE-PORTALS-CONTAINER-1A',
+    '-A KUBE-PORTALS-HOST -d ::1f/::1f -j KUBE-PORTALS-HOST-1F',
+  ])
+    assert.ok(NAT_HEAD6.split('\n').includes(line), line);
+});
+
+// 10.0.0.10 is in shard 10 (0A), 10.0.0.20 in shard 20 (14).
 const dns = portal('default', 'dns', 'dns', {
   protocol: 'UDP',
   port: 53,
@@ -53,25 +110,39 @@ const goldens: { name: string; ctx: RuleContext; portals: PortalSpec[]; nat: str
     name: 'ClusterIP TCP',
     ctx: v4,
     portals: [web],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
     filter: FILTER_EMPTY,
   },
   {
-    // The example of reference §1.3, byte for byte.
+    // The example of reference §1.3, byte for byte (in its shard chain).
     name: 'UDP DNS',
     ctx: v4,
     portals: [dns],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j REDIRECT --to-ports 40001
--A KUBE-PORTALS-HOST -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
+    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j REDIRECT --to-ports 40001
+-A KUBE-PORTALS-HOST-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
 COMMIT
 `,
     filter: FILTER_EMPTY,
   },
   {
-    name: 'externalIPs: physdev and addrtype rules, host side only for local',
+    name: 'two services in different shards, one more sharing a shard: shard order, then key order',
+    ctx: v4,
+    portals: [web, dns, portal('default', 'a', 'http', { clusterIPs: ['10.0.0.52'], proxyPort: 40003 })],
+    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j REDIRECT --to-ports 40001
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/a:http -p tcp -m tcp --dport 80 -d 10.0.0.52/32 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/a:http -p tcp -m tcp --dport 80 -d 10.0.0.52/32 -j DNAT --to-destination 192.168.1.5:40003
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+COMMIT
+`,
+    filter: FILTER_EMPTY,
+  },
+  {
+    name: 'externalIPs: physdev and addrtype rules, host side only for local; in the shard of the externalIP',
     ctx: v4,
     portals: [
       portal('default', 'web', 'http', {
@@ -80,17 +151,17 @@ COMMIT
         proxyPort: 40002,
       }),
     ],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m physdev ! --physdev-is-in -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m addrtype --dst-type LOCAL -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m addrtype --dst-type LOCAL -j DNAT --to-destination 192.168.1.5:40002
+    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m physdev ! --physdev-is-in -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m addrtype --dst-type LOCAL -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m addrtype --dst-type LOCAL -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
     filter: FILTER_EMPTY,
   },
   {
-    name: 'LoadBalancer IPs like ClusterIPs',
+    name: 'LoadBalancer IPs like ClusterIPs, in the shard of the LB IP',
     ctx: v4,
     portals: [
       portal('default', 'web', 'http', {
@@ -99,22 +170,22 @@ COMMIT
         proxyPort: 40002,
       }),
     ],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
     filter: FILTER_EMPTY,
   },
   {
-    name: 'NodePort on every local address, ACCEPT on the proxy port',
+    name: 'NodePort on every local address, ACCEPT on the proxy port (NodePort chains are not sharded)',
     ctx: v4,
     portals: [webNodePort],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
--A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
+    nat: `${NAT_HEAD}-A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
 -A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
     filter: `*filter
@@ -131,12 +202,12 @@ COMMIT
       localAddresses: ['192.168.1.5', '10.1.0.1', '192.168.1.6', 'fd00::5', '127.0.0.1'],
     },
     portals: [webNodePort],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
--A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -d 192.168.1.5/32 -j REDIRECT --to-ports 40002
+    nat: `${NAT_HEAD}-A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -d 192.168.1.5/32 -j REDIRECT --to-ports 40002
 -A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -d 192.168.1.6/32 -j REDIRECT --to-ports 40002
 -A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -d 192.168.1.5/32 -j DNAT --to-destination 192.168.1.5:40002
 -A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -d 192.168.1.6/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
     filter: `*filter
@@ -149,8 +220,8 @@ COMMIT
     name: 'NodePort with --nodeport-addresses matching no local address: no NodePort rules',
     ctx: { ...v4, nodePortAddresses: ['172.16.0.0/12'], localAddresses: ['192.168.1.5'] },
     portals: [webNodePort],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
     filter: FILTER_EMPTY,
@@ -159,10 +230,10 @@ COMMIT
     name: 'specific bind IP: DNAT to it on both sides',
     ctx: { ...v4, bindAddress: '192.168.1.9' },
     portals: [webNodePort],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.9:40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.9:40002
--A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.9:40002
+    nat: `${NAT_HEAD}-A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.9:40002
 -A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.9:40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.9:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.9:40002
 COMMIT
 `,
     filter: `*filter
@@ -172,7 +243,7 @@ COMMIT
 `,
   },
   {
-    name: 'IPv6: only this family, /128, bracketed DNAT',
+    name: 'IPv6: only this family, /128, bracketed DNAT, IPv6 dispatch',
     ctx: v6,
     portals: [
       portal('default', 'web', 'http', {
@@ -183,11 +254,30 @@ COMMIT
       }),
       portal('default', 'v4only', 'x', { clusterIPs: ['10.0.0.30'], nodePort: 30099, proxyPort: 40003 }),
     ],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m physdev ! --physdev-is-in -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m addrtype --dst-type LOCAL -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j DNAT --to-destination [fd00::5]:40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m addrtype --dst-type LOCAL -j DNAT --to-destination [fd00::5]:40002
+    // fd00:96::20 ends in 0x20: shard 0.
+    nat: `${NAT_HEAD6}-A KUBE-PORTALS-CONTAINER-00 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m physdev ! --physdev-is-in -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m addrtype --dst-type LOCAL -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-00 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j DNAT --to-destination [fd00::5]:40002
+-A KUBE-PORTALS-HOST-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m addrtype --dst-type LOCAL -j DNAT --to-destination [fd00::5]:40002
+COMMIT
+`,
+    filter: FILTER_EMPTY,
+  },
+  {
+    name: 'IPv6: hex shard names (0x7b → 1B, 0xa → 0A)',
+    ctx: v6,
+    portals: [
+      portal('default', 'web', 'http', {
+        clusterIPs: ['fd00:96::7b'],
+        loadBalancerIPs: ['2001:db8::a'],
+        proxyPort: 40002,
+      }),
+    ],
+    nat: `${NAT_HEAD6}-A KUBE-PORTALS-CONTAINER-0A -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::a/128 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-1B -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::7b/128 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-0A -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::a/128 -j DNAT --to-destination [fd00::5]:40002
+-A KUBE-PORTALS-HOST-1B -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::7b/128 -j DNAT --to-destination [fd00::5]:40002
 COMMIT
 `,
     filter: FILTER_EMPTY,
@@ -196,17 +286,25 @@ COMMIT
     name: 'IPv6 with a specific bind IP',
     ctx: { ...v6, bindAddress: 'fd00::9' },
     portals: [portal('default', 'web', 'http', { clusterIPs: ['fd00:96::20'], proxyPort: 40002 })],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j DNAT --to-destination [fd00::9]:40002
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j DNAT --to-destination [fd00::9]:40002
+    nat: `${NAT_HEAD6}-A KUBE-PORTALS-CONTAINER-00 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j DNAT --to-destination [fd00::9]:40002
+-A KUBE-PORTALS-HOST-00 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j DNAT --to-destination [fd00::9]:40002
 COMMIT
 `,
     filter: FILTER_EMPTY,
   },
   {
-    name: 'no portals: chains declared (flushed) and nothing else',
+    name: 'no portals: chains declared (flushed), dispatch rules, nothing else',
     ctx: v4,
     portals: [],
     nat: `${NAT_HEAD}COMMIT
+`,
+    filter: FILTER_EMPTY,
+  },
+  {
+    name: 'IPv6, no portals: the IPv6 dispatch rules',
+    ctx: v6,
+    portals: [],
+    nat: `${NAT_HEAD6}COMMIT
 `,
     filter: FILTER_EMPTY,
   },
@@ -224,11 +322,11 @@ test('renderRestoreInput: missing jumps come after the chain lines, with positio
   const got = renderRestoreInput({ ...v4, portals: [] }, JUMPS);
   assert.equal(
     got.nat,
-    `${NAT_HEAD}-I OUTPUT 1 -m comment --comment "handle ClusterIPs; NOTE: this must be before the NodePort rules" -j KUBE-PORTALS-HOST
+    `${NAT_CHAINS}-I OUTPUT 1 -m comment --comment "handle ClusterIPs; NOTE: this must be before the NodePort rules" -j KUBE-PORTALS-HOST
 -I PREROUTING 1 -m comment --comment "handle ClusterIPs; NOTE: this must be before the NodePort rules" -j KUBE-PORTALS-CONTAINER
 -A OUTPUT -m addrtype --dst-type LOCAL -m comment --comment "handle service NodePorts; NOTE: this must be the last rule in the chain" -j KUBE-NODEPORT-HOST
 -A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment "handle service NodePorts; NOTE: this must be the last rule in the chain" -j KUBE-NODEPORT-CONTAINER
-COMMIT
+${dispatchLines('IPv4')}COMMIT
 `,
   );
   assert.equal(
@@ -351,8 +449,10 @@ test('invalid data is never rendered: bad IPs, ports, protocols, proxy port 0', 
     proxyPort: 40000,
   });
   const text = renderRestoreInput({ ...v4, portals: [p] });
-  assert.equal(text.nat.split('\n').filter((l) => l.startsWith('-A')).length, 2);
-  assert.ok(text.nat.includes('-d 10.0.0.2/32'));
+  assert.ok(text.nat.startsWith(NAT_HEAD));
+  const portalLines = text.nat.slice(NAT_HEAD.length).split('\n');
+  assert.equal(portalLines.filter((l) => l.startsWith('-A')).length, 2);
+  assert.ok(text.nat.includes('-A KUBE-PORTALS-CONTAINER-02 -m comment --comment default/bad:x'));
   assert.equal(text.filter, FILTER_EMPTY);
   assert.equal(renderRestoreInput({ ...v4, portals: [{ ...p, proxyPort: 0 }] }).nat, `${NAT_HEAD}COMMIT\n`);
 });
@@ -406,8 +506,8 @@ const deltaCases: { name: string; prev: PortalSpec[]; next: PortalSpec[]; nat: s
     prev: [web],
     next: [web, dns],
     nat: `*nat
--A KUBE-PORTALS-CONTAINER -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j REDIRECT --to-ports 40001
--A KUBE-PORTALS-HOST -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
+-A KUBE-PORTALS-CONTAINER-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j REDIRECT --to-ports 40001
+-A KUBE-PORTALS-HOST-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
 COMMIT
 `,
     filter: '',
@@ -417,8 +517,8 @@ COMMIT
     prev: [web, dns],
     next: [web],
     nat: `*nat
--D KUBE-PORTALS-CONTAINER -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j REDIRECT --to-ports 40001
--D KUBE-PORTALS-HOST -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
+-D KUBE-PORTALS-CONTAINER-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j REDIRECT --to-ports 40001
+-D KUBE-PORTALS-HOST-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
 COMMIT
 `,
     filter: '',
@@ -442,10 +542,23 @@ COMMIT
     prev: [dns, web],
     next: [dns, { ...web, proxyPort: 40099 }],
     nat: `*nat
--D KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
--D KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
--A KUBE-PORTALS-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40099
--A KUBE-PORTALS-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40099
+-D KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-D KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40099
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40099
+COMMIT
+`,
+    filter: '',
+  },
+  {
+    name: 'change: a new ClusterIP moves the rules to the shard of the new IP',
+    prev: [dns, web],
+    next: [dns, { ...web, servicePort: { ...web.servicePort, clusterIPs: ['10.0.0.63'] } }],
+    nat: `*nat
+-D KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-D KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-1F -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.63/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-1F -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.63/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
     filter: '',
@@ -506,6 +619,7 @@ test('renderDelta: full(prev) + delta = full(next) over random changes at scale'
     const model = modelOf(restoreText(renderRestoreInput({ ...ctx, portals: prev })));
     const delta = restoreText(renderDelta(prev, next, ctx));
     assert.ok(delta.split('\n').length < 60, `round ${round}: delta of ${delta.split('\n').length} lines`);
+    assertDeltaTouchesNoDispatch(delta, `round ${round}`);
     apply(model, delta);
     for (const [k, rules] of model) model.set(k, [...rules].sort());
     assert.deepEqual(
@@ -533,4 +647,203 @@ test('every chain we render is one cleanup removes', () => {
     .filter((l) => l.startsWith(':'))
     .map((l) => l.slice(1).split(' ')[0]);
   assert.deepEqual(declared.sort(), ALL_CHAINS.map((c) => c.chain).sort());
+});
+
+test('every chain we render is ours by name, and so are shard chains of another shard count', () => {
+  for (const { chain } of ALL_CHAINS) assert.ok(isOurChain(chain), chain);
+  for (const name of ['KUBE-PORTALS-CONTAINER-3F', 'KUBE-PORTALS-HOST-20', 'KUBE-PORTALS-HOST-FF'])
+    assert.ok(isOurChain(name), name);
+  for (const name of ['KUBE-SERVICES', 'KUBE-PORTALS-CONTAINERX', 'KUBE-PORTALS-HOST-', 'DOCKER', 'OUTPUT'])
+    assert.ok(!isOurChain(name), name);
+});
+
+test('portalShard: the lowest 5 bits of an IPv4 destination', () => {
+  assert.equal(PORTAL_SHARDS, 32);
+  const cases: [string, number][] = [
+    ['10.0.0.20', 20],
+    ['10.0.0.63', 31],
+    ['10.0.0.32', 0],
+    ['10.0.0.0', 0],
+    ['10.0.0.10', 10],
+    ['192.168.1.255', 31],
+    ['10.96.200.33', 1],
+  ];
+  for (const [ip, shard] of cases) assert.equal(portalShard(ip), shard, ip);
+});
+
+test('portalShard: the lowest 5 bits of an IPv6 destination, whatever its spelling', () => {
+  const cases: [string, number][] = [
+    ['fd00::1f', 31],
+    ['fd00::20', 0],
+    ['fd00::', 0],
+    ['::', 0],
+    ['::ffff:10.0.0.5', 5],
+    ['::ffff:10.0.0.37', 5],
+    ['fd00:96::7b', 27],
+    ['FD00:96::7B', 27],
+    ['fd00:96:0:0:0:0:0:3a', 26],
+    ['2001:db8::a', 10],
+    ['2001:db8::1:0', 0],
+  ];
+  for (const [ip, shard] of cases) assert.equal(portalShard(ip), shard, ip);
+});
+
+test('shard chain names: two upper-case hex digits, at most 28 characters (iptables chain name limit)', () => {
+  assert.equal(portalShardChain(KUBE_PORTALS_CONTAINER, 10), 'KUBE-PORTALS-CONTAINER-0A');
+  assert.equal(portalShardChain(KUBE_PORTALS_CONTAINER, 0), 'KUBE-PORTALS-CONTAINER-00');
+  assert.equal(portalShardChain(KUBE_PORTALS_HOST, 31), 'KUBE-PORTALS-HOST-1F');
+  assert.equal(portalShardChain(KUBE_PORTALS_HOST, 20), 'KUBE-PORTALS-HOST-14');
+  const shards = CHAINS.nat.filter((c) => /^KUBE-PORTALS-(CONTAINER|HOST)-/.test(c));
+  assert.deepEqual(shards, [
+    ...SHARD_NUMBERS.map((k) => `KUBE-PORTALS-CONTAINER-${hex2(k)}`),
+    ...SHARD_NUMBERS.map((k) => `KUBE-PORTALS-HOST-${hex2(k)}`),
+  ]);
+  for (const c of [...CHAINS.nat, ...CHAINS.filter]) {
+    assert.ok(c.length <= 28, `${c}: ${c.length} characters`);
+    assert.match(c, /^[A-Z0-9-]+$/);
+  }
+});
+
+test('dispatchRules: one rule per shard and portal chain, for both families', () => {
+  const want = (family: IPFamily) =>
+    dispatchLines(family)
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => {
+        const [, chain, ...spec] = l.split(' ');
+        return { table: 'nat', chain, spec: spec.join(' ') };
+      });
+  assert.deepEqual(dispatchRules('IPv4'), want('IPv4'));
+  assert.deepEqual(dispatchRules('IPv6'), want('IPv6'));
+  assert.deepEqual(dispatchRules('IPv4')[20], {
+    table: 'nat',
+    chain: 'KUBE-PORTALS-CONTAINER',
+    spec: '-d 0.0.0.20/0.0.0.31 -j KUBE-PORTALS-CONTAINER-14',
+  });
+  assert.deepEqual(dispatchRules('IPv6')[32 + 26], {
+    table: 'nat',
+    chain: 'KUBE-PORTALS-HOST',
+    spec: '-d ::1a/::1f -j KUBE-PORTALS-HOST-1A',
+  });
+});
+
+/** An address as a number (IPv4: 32 bits, IPv6: 128 bits, `::`, and a dotted IPv4 tail), parsed here. */
+function ipBits(ip: string): bigint {
+  if (isIP(ip) === 4) return ip.split('.').reduce((a, o) => (a << 8n) | BigInt(Number(o)), 0n);
+  let s = ip;
+  const tail = /(\d+\.\d+\.\d+\.\d+)$/.exec(s)?.[1];
+  if (tail !== undefined) {
+    const n = ipBits(tail);
+    s = `${s.slice(0, -tail.length)}${(n >> 16n).toString(16)}:${(n & 0xffffn).toString(16)}`;
+  }
+  const [head = '', rest] = s.split('::');
+  const h = head === '' ? [] : head.split(':');
+  const t = rest === undefined || rest === '' ? [] : rest.split(':');
+  const groups = rest === undefined ? h : [...h, ...Array<string>(8 - h.length - t.length).fill('0'), ...t];
+  assert.equal(groups.length, 8, ip);
+  return groups.reduce((a, g) => (a << 16n) | BigInt(`0x${g}`), 0n);
+}
+
+/** The target of the first dispatch rule of `chain` whose `-d addr/mask` matches `ip`, as the kernel does. */
+function dispatchTarget(family: IPFamily, chain: string, ip: string): string[] {
+  const targets: string[] = [];
+  for (const r of dispatchRules(family)) {
+    if (r.chain !== chain) continue;
+    const m = /^-d (\S+)\/(\S+) -j (\S+)$/.exec(r.spec);
+    assert.ok(m, r.spec);
+    if ((ipBits(ip) & ipBits(m[2]!)) === ipBits(m[1]!)) targets.push(m[3]!);
+  }
+  return targets;
+}
+
+test('each destination matches exactly one dispatch rule, and it leads to the chain holding its rules', () => {
+  const cases: [IPFamily, RuleContext, string[]][] = [
+    [
+      'IPv4',
+      v4,
+      [...Array(256).keys()].map((i) => `10.${i}.${(i * 7) & 255}.${i}`).concat(['203.0.113.7', '0.0.0.0']),
+    ],
+    [
+      'IPv6',
+      v6,
+      [...Array(256).keys()]
+        .map((i) => `fd00:96::${i.toString(16)}`)
+        .concat(['fd00::', '2001:db8::1:ff3f', '::ffff:10.0.0.37', 'fd00:1:2:3:4:5:6:7']),
+    ],
+  ];
+  for (const [family, ctx, ips] of cases) {
+    for (const ip of ips) {
+      const rules = portalRules(
+        portal('default', 'x', 'p', { clusterIPs: [ip], loadBalancerIPs: [ip], proxyPort: 40000 }),
+        ctx,
+      );
+      assert.equal(rules.length, 4, ip);
+      for (const base of [KUBE_PORTALS_CONTAINER, KUBE_PORTALS_HOST]) {
+        const reached = dispatchTarget(family, base, ip);
+        assert.equal(reached.length, 1, `${ip}: ${reached}`);
+        const placed = rules.filter((r) => r.chain.startsWith(`${base}-`)).map((r) => r.chain);
+        assert.deepEqual(placed, [reached[0], reached[0]], ip);
+      }
+    }
+  }
+});
+
+test('two services in different shards go to different chains, and to no base portal chain', () => {
+  const chains = (p: PortalSpec) => new Set(portalRules(p, v4).map((r) => r.chain));
+  assert.deepEqual(chains(web), new Set(['KUBE-PORTALS-CONTAINER-14', 'KUBE-PORTALS-HOST-14']));
+  assert.deepEqual(chains(dns), new Set(['KUBE-PORTALS-CONTAINER-0A', 'KUBE-PORTALS-HOST-0A']));
+  const six = portal('default', 'six', 'p', { clusterIPs: ['fd00::1f'] });
+  assert.deepEqual(
+    new Set(portalRules(six, v6).map((r) => r.chain)),
+    new Set(['KUBE-PORTALS-CONTAINER-1F', 'KUBE-PORTALS-HOST-1F']),
+  );
+});
+
+const SHARD_OR_NODEPORT =
+  /^(KUBE-PORTALS-(CONTAINER|HOST)-[0-9A-F]{2}|KUBE-NODEPORT-(CONTAINER|HOST|NON-LOCAL))$/;
+
+/** A delta names shard and NodePort chains only: never a base portal chain, a dispatch rule or a `:` line. */
+function assertDeltaTouchesNoDispatch(delta: string, what: string): void {
+  for (const line of delta.split('\n')) {
+    if (line === '' || line === 'COMMIT' || line === '*nat' || line === '*filter') continue;
+    const [op, chain] = line.split(' ');
+    assert.ok(op === '-A' || op === '-D', `${what}: ${line}`);
+    assert.match(chain ?? '', SHARD_OR_NODEPORT, `${what}: ${line}`);
+    assert.doesNotMatch(line, /-j KUBE-|\/0\.0\.0\.31|\/::1f/, `${what}: ${line}`);
+  }
+}
+
+test('a delta only names shard chains and never the dispatch rules, in both families', () => {
+  const before = [
+    portal('default', 'web', 'http', {
+      clusterIPs: ['10.0.0.20', 'fd00:96::3a'],
+      externalIPs: ['203.0.113.7', '2001:db8::7'],
+      loadBalancerIPs: ['198.51.100.1', '2001:db8::1f'],
+      nodePort: 30080,
+      proxyPort: 40002,
+    }),
+    dns,
+  ];
+  const after = [{ ...before[0]!, proxyPort: 40099 }];
+  for (const ctx of [v4, v6, { ...v4, bindAddress: '192.168.1.9' }]) {
+    for (const [a, b] of [
+      [before, after],
+      [after, before],
+      [[], before],
+      [before, []],
+    ]) {
+      const delta = restoreText(renderDelta(a!, b!, ctx));
+      assert.notEqual(delta, '');
+      assertDeltaTouchesNoDispatch(delta, `${ctx.family} ${ctx.bindAddress}`);
+    }
+  }
+  // The removal of every service deletes its portal rules from the shard chains, nothing else.
+  assert.equal(
+    renderDelta([web], [], v4).nat,
+    `*nat
+-D KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-D KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+COMMIT
+`,
+  );
 });
