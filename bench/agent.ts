@@ -42,7 +42,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * GETs host:port every `intervalMs` until an answer has status 200 and (when given) a body matching
- * `match`; `t` is the epoch ms at which that answer completed.
+ * `match`; `t` is the epoch ms at which that answer completed. Each try ends after `timeoutMs`. With
+ * `concurrent` > 1 a new try starts every `intervalMs` even while earlier ones wait, up to that many at
+ * once: a SYN to a ClusterIP that is not programmed yet is dropped, and would hold a one-at-a-time loop
+ * for the whole `timeoutMs`.
  */
 async function pollHttp(a: {
   host: string;
@@ -52,20 +55,37 @@ async function pollHttp(a: {
   timeoutMs?: number;
   maxMs?: number;
   path?: string;
+  concurrent?: number;
 }): Promise<Reply> {
   const until = Date.now() + (a.maxMs ?? 60_000);
   const re = a.match === undefined ? undefined : new RegExp(a.match);
+  const limit = Math.max(1, a.concurrent ?? 1);
   let tries = 0;
+  let inFlight = 0;
   let last: Reply = {};
-  while (Date.now() < until) {
-    const started = Date.now();
+  let found: Reply | undefined;
+  let wake = () => {};
+  const one = async () => {
+    inFlight++;
     tries++;
-    last = await get(a.host, a.port, a.timeoutMs ?? 500, a.path);
-    if (last['ok'] && last['status'] === 200 && (!re || re.test(String(last['body']))))
-      return { ok: true, t: last['t'], tries, body: last['body'] };
+    const r = await get(a.host, a.port, a.timeoutMs ?? 500, a.path);
+    inFlight--;
+    if (r['ok'] && r['status'] === 200 && (!re || re.test(String(r['body'])))) {
+      // Several tries may succeed: the earliest answer counts.
+      if (!found || Number(r['t']) < Number(found['t'])) found = r;
+    } else last = r;
+    wake();
+  };
+  while (!found && Date.now() < until) {
+    const started = Date.now();
+    void one();
+    // At the limit, wait for a try to end; then keep `intervalMs` between starts.
+    while (inFlight >= limit && !found) await new Promise<void>((r) => (wake = r));
+    if (found) break;
     const wait = started + (a.intervalMs ?? 10) - Date.now();
     if (wait > 0) await sleep(wait);
   }
+  if (found) return { ok: true, t: found['t'], tries, body: found['body'] };
   return {
     ok: false,
     error: `no matching answer within ${a.maxMs ?? 60_000} ms (last: ${JSON.stringify(last)})`,

@@ -2,7 +2,8 @@
 // (the order rotates each round) and keep every sample; memory and scale measures drive the proxy CLI
 // and the peers directly. Each measure returns samples; medians and ratios are the report's job.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { NET, serviceYaml, sliceYaml } from './configs.ts';
+import { scaleIP, scaleService, scaleSlice } from './apiserver-agent.ts';
+import { NET } from './configs.ts';
 import { cpuOf, cpuSnapshot, otherTicks, rssOf } from './processes.ts';
 import { PROXY_BIN, type Rig, type Target, type TargetName } from './rig.ts';
 import { median, parseDnsperf, parseIperf3, parseWrk } from './tools.ts';
@@ -287,20 +288,8 @@ const connMemory: Measure = {
   },
 };
 
-/** 10.100.0.1, 10.100.0.2, ...: ClusterIP of scale service i (i ≥ 1). */
-function scaleIP(i: number): string {
-  return `10.100.${i >> 8}.${i & 255}`;
-}
-
-function scaleManifest(n: number, extra: number, endpointOf0: string): string {
-  const [b1, b2] = NET.backends;
-  const parts: string[] = [];
-  for (let i = 1; i <= n + extra; i++) {
-    parts.push(serviceYaml(`svc-${i}`, scaleIP(i), 'TCP', 80, NET.httpPort));
-    parts.push(sliceYaml(`svc-${i}`, i === 1 ? [endpointOf0] : [b1, b2], 'TCP', NET.httpPort));
-  }
-  return parts.join('---\n');
-}
+type Answered = { ok: boolean; t: number; tries?: number; error?: string };
+type Written = { ok: boolean; t: number; watches?: number; error?: string };
 
 const scale: Measure = {
   name: 'scale',
@@ -321,96 +310,169 @@ const scale: Measure = {
       if (error) s.error = error;
       samples.push(s);
     };
+    // The proxy is fed as in a cluster: list + watch from the API stand-in on the node's 127.0.0.1.
+    const api = await rig.startApiServer();
+    const master = { master: api.url };
+    const load = async (count: number) => {
+      const r = await api.request<{ ok: boolean; written?: number; error?: string }>(
+        'load',
+        { n: count, endpointOf1: b1 },
+        120_000,
+      );
+      if (!r.ok) throw new Error(`API stand-in: load ${count}: ${r.error}`);
+    };
+    /** Writes one object; its `t` is when the stand-in had written the watch events. */
+    const upsert = async (object: object): Promise<Written> => {
+      const r = await api.request<Written>('upsert', { object }, 10_000);
+      if (!r.ok) throw new Error(`API stand-in: upsert: ${r.error}`);
+      // Services, EndpointSlices and the Node: a change is only "delivered" if the proxy watches.
+      if ((r.watches ?? 0) < 3) r.error = `only ${r.watches} watches open on the API stand-in`;
+      return r;
+    };
 
-    // The baseline: the same process with one service port.
-    await cleanup();
-    const one = await rig.writeManifest('scale-1.yaml', scaleManifest(1, 0, b1));
-    const base = await rig.startProxy('scale', rig.node, one, args, 1);
-    await sleep(1000);
-    await rig.collectGarbage('scale');
-    const rssBase = rssOf([base.daemon.pid]);
-    await base.daemon.stop();
-    options.log(`  scale: RSS with 1 service port ${rssBase} KiB`);
+    /**
+     * From the proxy's metrics so far: time spent in syncs (kubeproxy_sync_proxy_rules_duration_seconds)
+     * and network programming latency (kubeproxy_network_programming_duration_seconds: from a slice's
+     * last-change-trigger-time until the proxy applied it), each as total ms and count.
+     */
+    const proxyTotals = async () => {
+      const r = await rig.nodeProbe.request<{ ok: boolean; body?: string }>('get', {
+        host: '127.0.0.1',
+        port: NET.metricsPort,
+        path: '/metrics',
+        timeoutMs: 5000,
+      });
+      const value = (name: string) =>
+        Number(new RegExp(`^${name} ([\\d.e+-]+)$`, 'm').exec(r.body ?? '')?.[1] ?? Number.NaN);
+      return {
+        syncMs: value('kubeproxy_sync_proxy_rules_duration_seconds_sum') * 1000,
+        syncs: value('kubeproxy_sync_proxy_rules_duration_seconds_count'),
+        programmingMs: value('kubeproxy_network_programming_duration_seconds_sum') * 1000,
+        programmed: value('kubeproxy_network_programming_duration_seconds_count'),
+      };
+    };
 
-    const file = await rig.writeManifest('scale.yaml', scaleManifest(n, 0, b1));
-    const last = scaleIP(n);
-    for (let round = 0; round < Math.min(options.rounds, 3); round++) {
+    try {
+      // The baseline: the same process with one service port, fed the same way.
       await cleanup();
-      // The client asks the last ClusterIP from before the start until it is answered.
-      const served = rig.clientProbe.request<{ ok: boolean; t: number; error?: string }>(
-        'pollHttp',
-        { host: last, port: 80, intervalMs: 20, timeoutMs: 300, maxMs: 180_000 },
-        190_000,
-      );
-      await sleep(50);
-      const started = await rig.startProxy('scale', rig.node, file, args, n, 250);
-      const s = await served;
-      const cpuSecs = cpuOf([started.daemon.pid]) / CLK_TCK;
+      await load(1);
+      const base = await rig.startProxy('scale', rig.node, master, args, 1);
       await sleep(1000);
-      const heap = await rig.collectGarbage('scale');
-      const rss = rssOf([started.daemon.pid]);
-      const listed = (started.listedAt - started.spawnedAt) / 1000;
-      const answered = s.ok ? (s.t - started.spawnedAt) / 1000 : Number.NaN;
-      push(
-        {
-          listedSeconds: listed,
-          servedSeconds: answered,
-          startCpuSeconds: cpuSecs,
-          bytesPerServicePort: ((rss - rssBase) * 1024) / n,
-          rssKiB: rss,
-          heapUsed: heap.heapUsed ?? Number.NaN,
-        },
-        round,
-        s.ok ? undefined : s.error,
-      );
-      options.log(
-        `  scale round ${round + 1}: ${n} listed after ${listed.toFixed(2)} s, last ClusterIP answered after ${answered.toFixed(2)} s, RSS ${rss} KiB (${(((rss - rssBase) * 1024) / n / 1024).toFixed(2)} KiB per service port), CPU ${cpuSecs.toFixed(1)} s`,
-      );
+      await rig.collectGarbage('scale');
+      const rssBase = rssOf([base.daemon.pid]);
+      await base.daemon.stop();
+      options.log(`  scale: RSS with 1 service port ${rssBase} KiB (API stand-in, list+watch)`);
 
-      if (round === 0) {
-        // One change at a time, each arriving at an idle proxy (past --iptables-min-sync-period, 1 s).
-        for (let c = 0; c < options.changes; c++) {
-          await sleep(1500);
-          const ip = scaleIP(n + 1 + c);
-          const poll = rig.clientProbe.request<{ ok: boolean; t: number; error?: string }>(
-            'pollHttp',
-            { host: ip, port: 80, intervalMs: 10, timeoutMs: 300, maxMs: 60_000 },
-            70_000,
-          );
-          const wrote = Date.now();
-          await rig.writeManifest('scale.yaml', scaleManifest(n, c + 1, b1));
-          const r = await poll;
-          const ms = r.ok ? r.t - wrote : Number.NaN;
-          push({ serviceAddedMs: ms }, c, r.ok ? undefined : r.error);
-          options.log(`  scale: service ${n + c + 1} added, served after ${ms} ms`);
+      const last = scaleIP(n);
+      for (let round = 0; round < Math.min(options.rounds, 3); round++) {
+        await cleanup();
+        // Exactly the cold-start objects again (round 0's changes undone while no proxy watches).
+        await load(n);
+        // The client asks the last ClusterIP from before the start until it is answered.
+        const served = rig.clientProbe.request<Answered>(
+          'pollHttp',
+          { host: last, port: 80, intervalMs: 20, timeoutMs: 300, concurrent: 15, maxMs: 180_000 },
+          190_000,
+        );
+        await sleep(50);
+        const started = await rig.startProxy('scale', rig.node, master, args, n, 250);
+        const s = await served;
+        const cpuSecs = cpuOf([started.daemon.pid]) / CLK_TCK;
+        await sleep(1000);
+        const heap = await rig.collectGarbage('scale');
+        const rss = rssOf([started.daemon.pid]);
+        const listed = (started.listedAt - started.spawnedAt) / 1000;
+        const answered = s.ok ? (s.t - started.spawnedAt) / 1000 : Number.NaN;
+        push(
+          {
+            listedSeconds: listed,
+            servedSeconds: answered,
+            startCpuSeconds: cpuSecs,
+            bytesPerServicePort: ((rss - rssBase) * 1024) / n,
+            rssKiB: rss,
+            heapUsed: heap.heapUsed ?? Number.NaN,
+          },
+          round,
+          s.ok ? undefined : s.error,
+        );
+        options.log(
+          `  scale round ${round + 1}: ${n} listed after ${listed.toFixed(2)} s, last ClusterIP answered after ${answered.toFixed(2)} s, RSS ${rss} KiB (${(((rss - rssBase) * 1024) / n / 1024).toFixed(2)} KiB per service port), CPU ${cpuSecs.toFixed(1)} s`,
+        );
+
+        if (round === 0) {
+          // One change at a time, each arriving at an idle proxy (past --iptables-min-sync-period, 1 s).
+          for (let c = 0; c < options.changes; c++) {
+            await sleep(1500);
+            const i = n + 1 + c;
+            const before = await proxyTotals();
+            // Tries overlap (a new one every ms): SYNs to a ClusterIP not programmed yet are dropped.
+            const poll = rig.clientProbe.request<Answered>(
+              'pollHttp',
+              { host: scaleIP(i), port: 80, intervalMs: 1, timeoutMs: 250, concurrent: 250, maxMs: 60_000 },
+              70_000,
+            );
+            await sleep(20);
+            // The EndpointSlice first (applied without a sync), then the Service: the time is the Service's.
+            await upsert(scaleSlice(i, [b1, b2]));
+            const w = await upsert(scaleService(i));
+            const r = await poll;
+            const ms = r.ok ? r.t - w.t : Number.NaN;
+            const after = await proxyTotals();
+            const syncMs = after.syncMs - before.syncMs;
+            const syncs = after.syncs - before.syncs;
+            push({ serviceAddedMs: ms, proxySyncMs: syncMs, syncs }, c, r.ok ? w.error : r.error);
+            options.log(
+              `  scale: service ${i} added, served after ${ms} ms (${r.tries} tries; the proxy's sync took ${syncMs.toFixed(0)} ms, ${syncs} sync(s))${w.error ? ` ! ${w.error}` : ''}`,
+            );
+          }
+          for (let c = 0; c < options.changes; c++) {
+            await sleep(1500);
+            const to = c % 2 === 0 ? b2 : b1;
+            const name = c % 2 === 0 ? 'pod2' : 'pod1';
+            const before = await proxyTotals();
+            const poll = rig.clientProbe.request<Answered>(
+              'pollHttp',
+              {
+                host: scaleIP(1),
+                port: 80,
+                match: `^${name}`,
+                intervalMs: 1,
+                timeoutMs: 300,
+                concurrent: 4,
+                maxMs: 60_000,
+              },
+              70_000,
+            );
+            await sleep(20);
+            // The trigger time (as the EndpointSlice controller sets it) lets the proxy say when it applied it.
+            const w = await upsert(scaleSlice(1, [to], new Date()));
+            const r = await poll;
+            const ms = r.ok ? r.t - w.t : Number.NaN;
+            const after = await proxyTotals();
+            const applied = after.programmingMs - before.programmingMs;
+            push(
+              { endpointChangedMs: ms, programmingMs: applied, syncs: after.syncs - before.syncs },
+              c,
+              r.ok ? w.error : r.error,
+            );
+            options.log(
+              `  scale: endpoint of svc-1 → ${name}, in effect after ${ms} ms (${r.tries} tries; applied by the proxy ${applied.toFixed(0)} ms after its trigger time, ${after.syncs - before.syncs} sync(s))${w.error ? ` ! ${w.error}` : ''}`,
+            );
+          }
         }
-        for (let c = 0; c < options.changes; c++) {
-          await sleep(1500);
-          const to = c % 2 === 0 ? b2 : b1;
-          const name = c % 2 === 0 ? 'pod2' : 'pod1';
-          const poll = rig.clientProbe.request<{ ok: boolean; t: number; error?: string }>(
-            'pollHttp',
-            { host: scaleIP(1), port: 80, match: `^${name}`, intervalMs: 10, timeoutMs: 300, maxMs: 60_000 },
-            70_000,
-          );
-          const wrote = Date.now();
-          await rig.writeManifest('scale.yaml', scaleManifest(n, options.changes, to));
-          const r = await poll;
-          const ms = r.ok ? r.t - wrote : Number.NaN;
-          push({ endpointChangedMs: ms }, c, r.ok ? undefined : r.error);
-          options.log(`  scale: endpoint of svc-1 → ${name}, in effect after ${ms} ms`);
-        }
-        // Back to the cold-start manifest for the next round.
-        await rig.writeManifest('scale.yaml', scaleManifest(n, 0, b1));
+        await started.daemon.stop();
       }
-      await started.daemon.stop();
+      await cleanup();
+    } finally {
+      await rig.stopApiServer();
     }
-    await cleanup();
     notes.push(
-      `${n} Services with one TCP port each (2 endpoints), one manifest file; --proxy-port-range 20000-30999; other flags default (--iptables-min-sync-period 1s)`,
-      'cold start: from spawning the CLI until /debug/services lists every port (polled every 250 ms) and until the client pod gets an answer from the last ClusterIP (polled every 20 ms)',
-      'per service port: RSS with all ports open minus RSS of the same CLI with one port, divided by the ports; both read after a full garbage collection (inspector)',
-      'changes: from the manifest rename until the client pod is answered (new service) or answered by the new endpoint (polled every 10 ms)',
+      `${n} Services with one TCP port each (2 endpoints), served by the Kubernetes API stand-in (test/helpers/fake-apiserver.ts) on the node namespace's 127.0.0.1; the CLI runs with --master http://127.0.0.1:PORT (no kubeconfig) and lists (pages of 500) then watches Services, EndpointSlices and its Node; --proxy-port-range 20000-30999; other flags default (--iptables-min-sync-period 1s)`,
+      'cold start: from spawning the CLI until /debug/services lists every port (polled every 250 ms) and until the client pod gets an answer from the last ClusterIP (a try every 20 ms, up to 15 overlapping, each ≤ 300 ms)',
+      'per service port: RSS with all ports open minus RSS of the same CLI fed the same way with one port, divided by the ports; both read after a full garbage collection (inspector)',
+      "service added: the EndpointSlice is written first, then the Service; from the moment the stand-in has written the Service's watch event until the client pod is answered through the new ClusterIP (a new connection every 1 ms, up to 250 overlapping, each ≤ 250 ms); proxySyncMs: the proxy's own sync time for it (kubeproxy_sync_proxy_rules_duration_seconds)",
+      "endpoint change: svc-1's EndpointSlice rewritten with the other pod; from the moment the stand-in has written the watch event until the client pod is answered by the new pod (a new connection every 1 ms, up to 4 overlapping, each ≤ 300 ms); the slice carries endpoints.kubernetes.io/last-change-trigger-time, so the proxy's kubeproxy_network_programming_duration_seconds says when it applied the change (programmingMs)",
+      'each change arrives at an idle proxy, 1.5 s after the one before (past --iptables-min-sync-period)',
     );
     return {
       name: 'scale',

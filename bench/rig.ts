@@ -7,6 +7,7 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { mkdtemp, rename, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { createRun, type RunResult } from '../src/netfilter/iptables.ts';
 import { createSandbox, type Sandbox } from '../test/helpers/netns.ts';
@@ -15,6 +16,7 @@ import { Daemon, Probe } from './processes.ts';
 
 export { NET } from './configs.ts';
 export const PROXY_BIN = fileURLToPath(new URL('../bin/kube-userspace-proxy.js', import.meta.url));
+const API_AGENT = fileURLToPath(new URL('apiserver-agent.ts', import.meta.url));
 
 export type TargetName = 'direct' | 'proxy' | 'proxy-notrace' | 'haproxy' | 'nginx';
 export type HostPort = { host: string; port: number };
@@ -52,6 +54,7 @@ export class Rig {
   readonly #log: (line: string) => void;
   readonly #cores: number;
   readonly #manifests = new Map<string, number>();
+  #apiServer: ApiServerAgent | undefined;
 
   private constructor(
     sandbox: Sandbox,
@@ -157,6 +160,7 @@ export class Rig {
   /** This process and every process the rig started (with their children): not "other work". */
   ourPids(): Set<number> {
     const out = new Set<number>([process.pid, this.clientProbe.pid, this.nodeProbe.pid, this.node2Probe.pid]);
+    if (this.#apiServer?.running) out.add(this.#apiServer.pid);
     for (const d of this.#all) if (d.running) for (const pid of d.pids()) out.add(pid);
     return out;
   }
@@ -178,23 +182,41 @@ export class Rig {
   }
 
   /**
-   * Starts the CLI in `ns` (`--manifest FILE --hostname-override node-1`, metrics on the namespace's
-   * 127.0.0.1:10249) and waits until /debug/services lists `expectPorts` open ports.
+   * Starts the Kubernetes API stand-in (bench/apiserver-agent.ts) on the node namespace's 127.0.0.1,
+   * replacing one started before; `cleanup` stops it. Feed a proxy from it with `startProxy(…,
+   * { master: api.url }, …)`.
+   */
+  async startApiServer(): Promise<ApiServerAgent> {
+    await this.stopApiServer();
+    this.#apiServer = await ApiServerAgent.start(this.sandbox, this.node, this.#log);
+    return this.#apiServer;
+  }
+
+  async stopApiServer(): Promise<void> {
+    const api = this.#apiServer;
+    this.#apiServer = undefined;
+    await api?.stop();
+  }
+
+  /**
+   * Starts the CLI in `ns` (`--hostname-override node-1`, metrics on the namespace's 127.0.0.1:10249)
+   * fed by a manifest file (`source` a path: `--manifest FILE`) or by an API server (`{ master: URL }`:
+   * `--master URL`, no kubeconfig), and waits until /debug/services lists `expectPorts` open ports.
    */
   async startProxy(
     key: string,
     ns: string,
-    manifest: string,
+    source: string | { master: string },
     args: string[],
     expectPorts: number,
     pollMs = 100,
   ): Promise<{ daemon: Daemon; spawnedAt: number; listedAt: number }> {
     await this.daemons.get(key)?.stop();
+    const from = typeof source === 'string' ? ['--manifest', source] : ['--master', source.master];
     const spawnedAt = Date.now();
     const daemon = this.#spawn(key, ns, process.execPath, [
       PROXY_BIN,
-      '--manifest',
-      manifest,
+      ...from,
       '--hostname-override',
       'node-1',
       '--metrics-bind-address',
@@ -315,9 +337,13 @@ export class Rig {
     return [...new Set(out)].map((m) => m.slice(0, 400));
   }
 
-  /** Stops every process, deletes the namespaces and the run's directory. */
+  /** Stops every process (the API stand-in too), deletes the namespaces and the run's directory. */
   async cleanup(): Promise<void> {
-    await Promise.all([...this.daemons.values()].map((d) => d.stop(3_000)));
+    await Promise.all([
+      ...[...this.daemons.values()].map((d) => d.stop(3_000)),
+      this.stopApiServer().catch((err: Error) => this.#log(`! stopping the API stand-in: ${err.message}`)),
+    ]);
+    // Kills whatever is still running (SIGKILL), also the stand-in if it did not stop.
     this.sandbox.cleanup();
     rmSync(this.dir, { recursive: true, force: true });
   }
@@ -401,6 +427,105 @@ export class Rig {
       });
       if (!r.ok) throw new Error(`peer on ${NET.nodeIP}:${port} does not answer: ${r.error}`);
     }
+  }
+}
+
+/**
+ * The Kubernetes API stand-in (bench/apiserver-agent.ts) running in a namespace: `url` is its
+ * http://127.0.0.1:PORT there; `request` sends one op (load, upsert, remove) and resolves with the answer.
+ */
+export class ApiServerAgent {
+  readonly url: string;
+  readonly #daemon: Daemon;
+  readonly #pending: Map<number, (v: Record<string, unknown>) => void>;
+  #next = 1;
+
+  private constructor(
+    daemon: Daemon,
+    url: string,
+    pending: Map<number, (v: Record<string, unknown>) => void>,
+  ) {
+    this.#daemon = daemon;
+    this.url = url;
+    this.#pending = pending;
+  }
+
+  /** Spawns the agent in `ns` and waits for its ready line (which carries the chosen port). */
+  static async start(sandbox: Sandbox, ns: string, log: (line: string) => void): Promise<ApiServerAgent> {
+    const daemon = new Daemon('apiserver', sandbox.spawnIn(ns, process.execPath, [API_AGENT]));
+    const pending = new Map<number, (v: Record<string, unknown>) => void>();
+    // A write after it died fails with EPIPE: `request` and the exit handler report that instead.
+    daemon.child.stdin?.on('error', () => {});
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`API stand-in in ${ns} not ready within 10 s`)),
+        10_000,
+      );
+      daemon.exited.then((code) => {
+        clearTimeout(timer);
+        reject(new Error(`API stand-in in ${ns} exited (${code}): ${daemon.tail()}`));
+        if (!daemon.stopping) log(`! API stand-in exited on its own (${code}): ${daemon.tail(5)}`);
+        for (const done of pending.values()) done({ ok: false, error: 'API stand-in exited' });
+      });
+      createInterface({ input: daemon.child.stdout! }).on('line', (line) => {
+        let msg: { id?: number; ready?: boolean; url?: string };
+        try {
+          msg = JSON.parse(line);
+        } catch {
+          return;
+        }
+        if (msg.ready) {
+          clearTimeout(timer);
+          resolve(String(msg.url));
+          return;
+        }
+        const done = pending.get(msg.id ?? 0);
+        pending.delete(msg.id ?? 0);
+        done?.(msg);
+      });
+    });
+    return new ApiServerAgent(daemon, url, pending);
+  }
+
+  get pid(): number {
+    return this.#daemon.pid;
+  }
+
+  get running(): boolean {
+    return this.#daemon.running;
+  }
+
+  /** One op; rejects when no answer comes within `deadlineMs`. */
+  request<T = Record<string, unknown>>(op: string, args: object = {}, deadlineMs = 60_000): Promise<T> {
+    const id = this.#next++;
+    return new Promise<T>((resolve, reject) => {
+      if (!this.#daemon.running) {
+        reject(new Error('API stand-in is not running'));
+        return;
+      }
+      const timer = setTimeout(() => {
+        this.#pending.delete(id);
+        reject(new Error(`API stand-in: no answer to ${op} within ${deadlineMs} ms`));
+      }, deadlineMs);
+      this.#pending.set(id, (v) => {
+        clearTimeout(timer);
+        resolve(v as T);
+      });
+      this.#daemon.child.stdin!.write(`${JSON.stringify({ id, op, args })}\n`);
+    });
+  }
+
+  /** Asks it to stop (closing the proxy's watches), then SIGTERM/SIGKILL if it does not exit. */
+  async stop(): Promise<void> {
+    this.#daemon.stopping = true;
+    if (!this.#daemon.running) return;
+    await Promise.race([this.request('stop', {}, 2_000).catch(() => {}), this.#daemon.exited]);
+    this.#daemon.child.stdin?.end();
+    await this.#daemon.stop(2_000);
+  }
+
+  tail(n = 20): string {
+    return this.#daemon.tail(n);
   }
 }
 
