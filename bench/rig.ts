@@ -15,7 +15,8 @@ import { backendNginxConf, haproxyConf, NET, serviceYaml, sliceYaml, streamNginx
 import { Daemon, Probe } from './processes.ts';
 
 export { NET } from './configs.ts';
-export const PROXY_BIN = fileURLToPath(new URL('../bin/kube-userspace-proxy.js', import.meta.url));
+/** The CLI as installed (compiled dist/); the harness builds dist/ before it starts. */
+export const PROXY_BIN = fileURLToPath(new URL('./cli.js', import.meta.url));
 const API_AGENT = fileURLToPath(new URL('apiserver-agent.ts', import.meta.url));
 
 export type TargetName = 'direct' | 'proxy' | 'proxy-notrace' | 'haproxy' | 'nginx';

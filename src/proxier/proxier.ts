@@ -103,6 +103,11 @@ type ServiceInfo = {
   nodePortClaim: { port: number; hosts: string; listeners: (TcpListener | UdpListener)[] } | undefined;
   /** Why the NodePort could not be claimed; its rules are left out until it can. */
   nodePortError: ProxyError | undefined;
+  /**
+   * The last PortalSpec handed out, reused while nothing it depends on changed: the same object lets
+   * the rules' delta skip an unchanged service port with one identity check (10,000 per sync).
+   */
+  portal: PortalSpec | undefined;
 };
 
 export type ServicePortStatus = {
@@ -349,16 +354,21 @@ export class Proxier {
   portals(): PortalSpec[] {
     const out: PortalSpec[] = [];
     for (const info of this.#services.values()) {
-      let servicePort = info.servicePort;
+      const sp = info.servicePort;
       // A NodePort someone else holds gets no rules: we must not hijack their traffic.
+      const unclaimed =
+        this.#options.claimNodePorts === true &&
+        sp.nodePort !== 0 &&
+        info.nodePortClaim?.port !== sp.nodePort;
+      const cached = info.portal;
+      // #update drops the cache when the service port changes; what is left is the NodePort claim.
       if (
-        this.#options.claimNodePorts &&
-        servicePort.nodePort !== 0 &&
-        info.nodePortClaim?.port !== servicePort.nodePort
-      ) {
-        servicePort = { ...servicePort, nodePort: 0 };
-      }
-      out.push({ servicePort, proxyPort: info.proxyPort });
+        cached === undefined ||
+        cached.proxyPort !== info.proxyPort ||
+        unclaimed === (cached.servicePort === sp)
+      )
+        info.portal = { servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp, proxyPort: info.proxyPort };
+      out.push(info.portal!);
     }
     return out;
   }
@@ -439,6 +449,7 @@ export class Proxier {
         proxyPort: port,
         nodePortClaim: undefined,
         nodePortError: undefined,
+        portal: undefined,
       });
       this.#portsChanged = true;
       if (this.#failed.delete(servicePort.key))
@@ -546,6 +557,7 @@ export class Proxier {
   #update(info: ServiceInfo, servicePort: ServicePort): void {
     const before = info.servicePort;
     info.servicePort = servicePort;
+    info.portal = undefined;
     info.context.balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
     if (before.trace !== servicePort.trace) info.context.observer = this.#observerFor(servicePort);
     if (before.nodePort !== servicePort.nodePort && info.nodePortClaim !== undefined)

@@ -1,4 +1,5 @@
-// The contract between the state module and the proxier: an immutable picture of what should run.
+// The contract between the state module and the proxier: a picture of what should run. The two maps are
+// the state's own and read-only: they change at the next checkout (the proxier always reads the latest).
 import type { ServicePortEndpoints } from './endpoint.ts';
 import type { ServicePort, ServicePortKey } from './service-port.ts';
 

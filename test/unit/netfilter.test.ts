@@ -116,14 +116,14 @@ test('a failed full restore rejects and makes the next sync full', async () => {
   assert.deepEqual(iptables.kinds(), ['IPv4:full']);
 });
 
-test('missing jumps found before a delta trigger a full restore (unless checkJumps is false)', async () => {
+test('a delta checks the jumps only when asked (checkJumps); a missing one then brings a full restore', async () => {
   const { iptables, nf } = setup();
   await nf.sync([a], { full: false });
   iptables.kinds();
   iptables.missing = [JUMPS[0]!];
-  await nf.sync([a, b], { full: false, checkJumps: false });
+  await nf.sync([a, b], { full: false });
   assert.deepEqual(iptables.kinds(), ['IPv4:delta']);
-  await nf.sync([a], { full: false });
+  await nf.sync([a], { full: false, checkJumps: true });
   // The jump check runs beside the delta (netfilter.ts): the delta goes out, then the full restore.
   const text = iptables.restores[1]?.text ?? '';
   assert.deepEqual(iptables.kinds(), ['IPv4:delta', 'IPv4:full']);

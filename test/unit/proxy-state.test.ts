@@ -104,7 +104,11 @@ test('services and slices become service ports and endpoints, with changed sets'
   assert.deepEqual(sorted(s3.changedEndpoints), [key('web')]);
   assert.equal(s3.changedServicePorts.size, 0);
   assert.equal(s3.servicePorts, s1.servicePorts);
-  assert.deepEqual(eps(s1, key('web')), ['10.0.0.1:8080', '10.0.0.2:8080'], 'old snapshots never change');
+  // The maps are the state's own (no copy per checkout): an older snapshot's maps show the latest
+  // checkout; its changed sets stay its own.
+  assert.equal(s3.endpoints, s1.endpoints);
+  assert.deepEqual(eps(s1, key('web')), ['10.0.0.1:8080', '10.0.0.3:8080']);
+  assert.equal(s2.changedEndpoints.size, 0);
 });
 
 test('add then delete before a checkout cancels out', () => {
