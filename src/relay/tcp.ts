@@ -5,6 +5,12 @@ import net from 'node:net';
 import type { Logger } from '../log.ts';
 import type { Endpoint } from '../state/endpoint.ts';
 import { FdPressure, isFdExhausted } from './fd-pressure.ts';
+import {
+  defaultKeepAliveSweeper,
+  type KeepAliveCandidate,
+  type KeepAliveSource,
+  type KeepAliveSweeper,
+} from './keepalive.ts';
 import type { CloseReason, ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
 import type { ServicePortContext } from './service-context.ts';
@@ -22,7 +28,10 @@ export type TcpRelayOptions = {
   halfCloseTimeoutMs: number;
   /** listen() backlog. */
   backlog: number;
-  /** TCP keep-alive initial delay on both sockets. */
+  /**
+   * TCP keep-alive idle delay on both sockets. Keep-alive is turned on for connections that have been
+   * open for a while (KeepAliveSweeper), not at accept: short connections never need it.
+   */
   keepAliveDelayMs: number;
   /** Concurrent connections per service port; past it new ones are closed at once. 0 = no cap. */
   maxConnections: number;
@@ -43,6 +52,8 @@ export type TcpRelayDeps = {
   now?: () => number;
   /** Shared by every listener of the process: descriptors run out for all of them at once. */
   fdPressure?: FdPressure;
+  /** Turns keep-alive on for connections that live (default: the process's sweeper). */
+  keepAlive?: KeepAliveSweeper;
 };
 
 /** How often a listener may log that its connection cap turned connections away. */
@@ -56,7 +67,7 @@ const OPEN = 1;
 const CLOSED = 2;
 
 /** One proxied TCP connection: a client socket and, once connected, an upstream socket. */
-class TcpConnection implements ConnectionInfo {
+class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
   readonly id = nextConnectionId();
   readonly listener: TcpListener;
   readonly context: ServicePortContext;
@@ -81,6 +92,7 @@ class TcpConnection implements ConnectionInfo {
   upstreamClosed = true;
   /** The observer still wants the bytes (a sniffer that is not done yet). */
   sniffing = false;
+  keepAliveOn = false;
 
   constructor(listener: TcpListener, client: net.Socket, now: number) {
     this.listener = listener;
@@ -99,6 +111,10 @@ class TcpConnection implements ConnectionInfo {
   get protocol() {
     return 'TCP' as const;
   }
+  keepAliveSockets(): readonly [net.Socket, net.Socket] | undefined {
+    return this.state === OPEN && this.upstream !== undefined ? [this.client, this.upstream] : undefined;
+  }
+
   get bytesFromClient(): number {
     return this.client.bytesRead;
   }
@@ -144,8 +160,6 @@ class TcpConnection implements ConnectionInfo {
       port: endpoint.port,
       allowHalfOpen: true,
       noDelay: true,
-      keepAlive: true,
-      keepAliveInitialDelay: options.keepAliveDelayMs,
     }) as ConnSocket;
     upstream[kConn] = this;
     this.upstream = upstream;
@@ -364,7 +378,8 @@ function onClientEnd(this: net.Socket): void {
   const conn = connOf(this);
   if (conn === undefined) return;
   conn.clientEnded = true;
-  conn.upstream?.end();
+  const upstream = conn.upstream;
+  if (upstream !== undefined) passFin(upstream, conn.upstreamEnded);
   conn.halfClosed('client-fin');
 }
 
@@ -372,8 +387,18 @@ function onUpstreamEnd(this: net.Socket): void {
   const conn = connOf(this);
   if (conn === undefined || conn.upstream !== this) return;
   conn.upstreamEnded = true;
-  conn.client.end();
+  passFin(conn.client, conn.clientEnded);
   conn.halfClosed('endpoint-fin');
+}
+
+/**
+ * Sends FIN on `to`. When `to` has already sent its own FIN (we read to its end) and everything we
+ * wrote to it is in the kernel, close() sends the FIN after that data just as shutdown() would, and
+ * saves the shutdown request: one system call and its callbacks per connection.
+ */
+function passFin(to: net.Socket, toEnded: boolean): void {
+  if (toEnded && to.writableLength === 0) to.destroy();
+  else to.end();
 }
 
 function onIdleTimeout(this: net.Socket): void {
@@ -411,7 +436,7 @@ function onClientDrain(this: net.Socket): void {
 }
 
 /** A listening TCP socket for one service port. */
-export class TcpListener {
+export class TcpListener implements KeepAliveSource {
   readonly server: net.Server;
   readonly options: TcpRelayOptions;
   readonly log: Logger;
@@ -432,13 +457,12 @@ export class TcpListener {
     this.connect = deps.connect ?? (net.connect as Connector);
     this.now = deps.now ?? Date.now;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
+    (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);
     this.server = net.createServer(
       {
         allowHalfOpen: true,
         pauseOnConnect: true,
         noDelay: true,
-        keepAlive: true,
-        keepAliveInitialDelay: options.keepAliveDelayMs,
       },
       (socket) => this.#onConnection(socket),
     );
@@ -446,6 +470,15 @@ export class TcpListener {
 
   get port(): number {
     return this.#port;
+  }
+
+  get keepAliveDelayMs(): number {
+    return this.options.keepAliveDelayMs;
+  }
+
+  /** Stopped accepting (its established connections may still run). */
+  get closed(): boolean {
+    return this.#closed;
   }
 
   /** Binds and listens; rejects with the socket error (EADDRINUSE, EACCES...). */
