@@ -96,7 +96,8 @@ export class TableEntry {
   readonly protocol: 'TCP' | 'UDP';
   readonly clientAddress: string;
   readonly clientPort: number;
-  readonly endpoint: string | null;
+  /** The endpoint relayed to (`ip:port`), else null; final at close. */
+  endpoint: string | null;
   readonly startMs: number;
   /** The live connection while active. */
   info: ConnectionInfo | undefined;
@@ -104,8 +105,15 @@ export class TableEntry {
   sniffer: Sniffer | undefined;
   /** False once the sniffer is done (or there is none): data callbacks return on this one check. */
   sniffing: boolean;
-  /** Set at close. */
-  record: ConnectionRecord | undefined = undefined;
+  // The final values, set at close as plain fields: a closed entry sits in the recent ring for a while,
+  // and one flat object per connection is what that ring makes the garbage collector carry along.
+  closed = false;
+  endMs = 0;
+  finalBytesFromClient = 0;
+  finalBytesToClient = 0;
+  attempts: readonly ConnectAttempt[] = NO_ATTEMPTS;
+  closeReason: CloseReason | null = null;
+  app: AppInfo | null = null;
 
   constructor(conn: ConnectionInfo) {
     this.id = conn.id;
@@ -138,9 +146,30 @@ export class TableEntry {
     );
   }
 
+  /** The final record once closed (built on each call, off the data path). */
+  get record(): ConnectionRecord | undefined {
+    if (!this.closed) return undefined;
+    return {
+      id: this.id,
+      service: this.service,
+      protocol: this.protocol,
+      client: this.client,
+      endpoint: this.endpoint,
+      state: 'closed',
+      startMs: this.startMs,
+      endMs: this.endMs,
+      durationMs: Math.max(0, this.endMs - this.startMs),
+      bytesFromClient: this.finalBytesFromClient,
+      bytesToClient: this.finalBytesToClient,
+      attempts: this.attempts,
+      closeReason: this.closeReason,
+      app: this.app,
+    };
+  }
+
   /** The current view: live byte counts while active, the final record once closed. */
   snapshot(nowMs: number): ConnectionRecord {
-    if (this.record !== undefined) return this.record;
+    if (this.closed) return this.record!;
     const conn = this.info!;
     return {
       id: this.id,
@@ -160,30 +189,20 @@ export class TableEntry {
     };
   }
 
-  /** Freezes the final record from the (closed) connection and lets go of it and the sniffer. */
-  finish(conn: ConnectionInfo): ConnectionRecord {
-    if (this.record !== undefined) return this.record;
-    const endMs = conn.endMs;
-    this.record = {
-      id: this.id,
-      service: this.service,
-      protocol: this.protocol,
-      client: this.client,
-      endpoint: conn.endpoint?.key ?? this.endpoint,
-      state: 'closed',
-      startMs: this.startMs,
-      endMs,
-      durationMs: Math.max(0, endMs - this.startMs),
-      bytesFromClient: conn.bytesFromClient,
-      bytesToClient: conn.bytesToClient,
-      attempts: copyAttempts(conn.failedAttempts),
-      closeReason: conn.closeReason ?? null,
-      app: this.sniffer?.info() ?? null,
-    };
+  /** Keeps the final values of the (closed) connection and lets go of it and the sniffer. */
+  finish(conn: ConnectionInfo): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.endMs = conn.endMs;
+    this.endpoint = conn.endpoint?.key ?? this.endpoint;
+    this.finalBytesFromClient = conn.bytesFromClient;
+    this.finalBytesToClient = conn.bytesToClient;
+    this.attempts = copyAttempts(conn.failedAttempts);
+    this.closeReason = conn.closeReason ?? null;
+    this.app = this.sniffer?.info() ?? null;
     this.info = undefined;
     this.sniffer = undefined;
     this.sniffing = false;
-    return this.record;
   }
 }
 

@@ -274,7 +274,7 @@ class TracerImpl implements Tracer {
   readonly now: () => number;
   readonly #maxRequests: number;
   readonly #maxPending: number;
-  readonly #logClosed: (record: ConnectionRecord) => void;
+  readonly #logClosed: (entry: TableEntry) => void;
   readonly #observers: Record<TraceMode, ConnectionObserver>;
   #subscribers: Subscriber[] = [];
   // The recent-events ring: parallel arrays, so recording an event allocates nothing.
@@ -293,7 +293,8 @@ class TracerImpl implements Tracer {
     this.#maxRequests = options.maxRequests ?? DEFAULT_MAX_REQUESTS;
     this.#maxPending = Math.max(1, options.maxPending ?? DEFAULT_MAX_PENDING);
     const log = options.accessLog;
-    this.#logClosed = log === undefined ? noop : (record) => log.info(record, 'Connection closed');
+    // The record is built only when there is an access log to write it to.
+    this.#logClosed = log === undefined ? noop : (entry) => log.info(entry.record, 'Connection closed');
     this.#ringSize = Math.max(0, Math.floor(options.recentEvents ?? DEFAULT_RECENT_EVENTS));
     this.#ringEntries = new Array(this.#ringSize);
     this.#ringEvents = new Array(this.#ringSize);
@@ -325,7 +326,7 @@ class TracerImpl implements Tracer {
   closed(conn: ConnectionInfo): void {
     const entry = this.table.close(conn);
     this.#emit(entry, CLOSED);
-    this.#logClosed(entry.record!);
+    this.#logClosed(entry);
   }
 
   subscribe(filter: ConnectionFilter, onEvent: (event: TraceEvent) => void): Subscription {
