@@ -35,6 +35,11 @@ export type TcpRelayOptions = {
   keepAliveDelayMs: number;
   /** Concurrent connections per service port; past it new ones are closed at once. 0 = no cap. */
   maxConnections: number;
+  /**
+   * Listen with SO_REUSEPORT, so that other processes may listen on the same port and the kernel
+   * spreads new connections over them (docs/multi-worker.md; bench/workers.bench.ts). Off by default.
+   */
+  reusePort?: boolean;
 };
 
 export const DEFAULT_TCP_OPTIONS: TcpRelayOptions = {
@@ -501,7 +506,13 @@ export class TcpListener implements KeepAliveSource {
       };
       this.server.once('error', onError);
       this.server.once('listening', onListening);
-      this.server.listen({ host, port, backlog: this.options.backlog, exclusive: true });
+      this.server.listen({
+        host,
+        port,
+        backlog: this.options.backlog,
+        exclusive: true,
+        reusePort: this.options.reusePort === true,
+      });
     });
   }
 
