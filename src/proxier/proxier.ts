@@ -39,6 +39,9 @@ export interface PortalProgrammer {
 
 export const noPortals: PortalProgrammer = { sync: async () => {} };
 
+/** From this many new service ports in one sync, their rules are written while they bind. */
+export const OVERLAP_MIN_SERVICE_PORTS = 64;
+
 /** Something that hands out the desired state: the state module's checkout(). */
 export interface SnapshotSource {
   checkout(): Snapshot;
@@ -283,6 +286,7 @@ export class Proxier {
     const toEnsure = new Set<ServicePortKey>();
     for (const key of snapshot.changedServicePorts) if (snapshot.servicePorts.has(key)) toEnsure.add(key);
     for (const key of this.#failed.keys()) toEnsure.add(key);
+    const toStart: ServicePort[] = [];
     for (const key of toEnsure) {
       const servicePort = snapshot.servicePorts.get(key);
       if (servicePort === undefined) {
@@ -290,13 +294,43 @@ export class Proxier {
         continue;
       }
       const info = this.#services.get(key);
-      if (info !== undefined) {
-        this.#update(info, servicePort);
-        continue;
+      if (info !== undefined) this.#update(info, servicePort);
+      else toStart.push(servicePort);
+    }
+    // Many new service ports (a cold start): their ports are allocated first and the rules written
+    // while the listeners bind (a restore of 10,000 service ports takes ~0.8 s of kernel time, binding
+    // them ~0.5 s). A listener that ends up on another port is put right by a delta below.
+    const planned = new Map<ServicePortKey, number>();
+    let early: Promise<unknown> | undefined;
+    if (toStart.length >= OVERLAP_MIN_SERVICE_PORTS && this.#portals !== noPortals) {
+      const plannedPortals = this.portals();
+      for (const sp of toStart) {
+        const port = this.#planPort(sp);
+        if (port === undefined) continue;
+        planned.set(sp.key, port);
+        // Its NodePort is not held yet: no NodePort rules until it is (see portals()).
+        const unclaimed = this.#options.claimNodePorts === true && sp.nodePort !== 0;
+        plannedPortals.push({ servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp, proxyPort: port });
       }
-      if (await this.#start(servicePort, snapshot.endpoints.get(key))) opened++;
+      early = this.#portals.sync(plannedPortals, { full, removedUDP }).then(
+        () => undefined,
+        (err: unknown) => err ?? new Error('portal sync failed'),
+      );
+    }
+    for (const [i, servicePort] of toStart.entries()) {
+      if (
+        await this.#start(servicePort, snapshot.endpoints.get(servicePort.key), planned.get(servicePort.key))
+      )
+        opened++;
       if (yielder.due) await yielder.turn();
-      if (this.#closed) return undefined;
+      if (this.#closed) {
+        for (const sp of toStart.slice(i + 1)) {
+          const port = planned.get(sp.key);
+          if (port !== undefined) this.#allocator.release(port);
+        }
+        await early;
+        return undefined;
+      }
     }
 
     this.#applyEndpoints(snapshot);
@@ -321,7 +355,13 @@ export class Proxier {
       if (this.#closed) return undefined;
     }
 
-    if (portalsChanged) await this.#portals.sync(this.portals(), { full, removedUDP });
+    if (early !== undefined) {
+      const err = await early;
+      if (err !== undefined) throw err;
+      // What changed since the early restore (a listener on another port, a failure, NodePort claims):
+      // a delta, usually empty.
+      await this.#portals.sync(this.portals(), { full: false, removedUDP: [] });
+    } else if (portalsChanged) await this.#portals.sync(this.portals(), { full, removedUDP });
     if (full) this.#lastFullSyncMs = started;
     this.#needFullSync = false;
     // After the rules: what a restart reads back should be what the rules in place point at.
@@ -423,7 +463,26 @@ export class Proxier {
     if (claim !== undefined) await Promise.all(claim.listeners.map((l) => l.close()));
   }
 
-  async #start(servicePort: ServicePort, endpoints: ServicePortEndpoints | undefined): Promise<boolean> {
+  /**
+   * Allocates the proxy port a new service port will most likely get: its preferred port while free,
+   * else the allocator's next. Undefined when the kernel chooses ports or the range is exhausted.
+   */
+  #planPort(servicePort: ServicePort): number | undefined {
+    if (this.#allocator.isKernelChosen) return undefined;
+    const preferred = this.#preferredPorts.get(`${servicePort.name}/${servicePort.protocol}`);
+    if (preferred !== undefined && this.#allocator.allocate(preferred)) return preferred;
+    try {
+      return this.#allocator.allocateNext(new Set());
+    } catch {
+      return undefined;
+    }
+  }
+
+  async #start(
+    servicePort: ServicePort,
+    endpoints: ServicePortEndpoints | undefined,
+    planned?: number,
+  ): Promise<boolean> {
     const balancer = new RoundRobinBalancer(Math.random, this.#options.outlier);
     balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
     balancer.setEndpoints(clusterEndpoints(endpoints));
@@ -435,7 +494,7 @@ export class Proxier {
       observer: this.#observerFor(servicePort),
     };
     try {
-      const { listener, port } = await this.#listen(context);
+      const { listener, port } = await this.#listen(context, planned);
       if (this.#closed) {
         // Closed while this one was binding: it is not ours to keep.
         listener.destroy();
@@ -492,14 +551,23 @@ export class Proxier {
     }
   }
 
-  /** Allocates a proxy port and binds it; a port someone else holds is skipped and another tried. */
-  async #listen(context: ServicePortContext): Promise<{ listener: TcpListener | UdpListener; port: number }> {
+  /**
+   * Binds a proxy port: `planned` (already allocated) when given, else the preferred port, else one
+   * from the allocator; a port someone else holds is skipped and another tried.
+   */
+  async #listen(
+    context: ServicePortContext,
+    planned?: number,
+  ): Promise<{ listener: TcpListener | UdpListener; port: number }> {
     const attempts = this.#allocator.isKernelChosen ? 1 : (this.#options.bindAttempts ?? 16);
     const busy = new Set<number>();
     let lastError: unknown;
     // The port a previous process used for this service port, while it is free: its rules stay valid.
-    const preferred = this.#preferredPorts.get(`${context.name}/${context.protocol}`);
-    if (preferred !== undefined && (this.#allocator.isKernelChosen || this.#allocator.allocate(preferred))) {
+    const preferred = planned ?? this.#preferredPorts.get(`${context.name}/${context.protocol}`);
+    if (
+      preferred !== undefined &&
+      (planned !== undefined || this.#allocator.isKernelChosen || this.#allocator.allocate(preferred))
+    ) {
       try {
         const listener = await this.#bind(context, preferred);
         return { listener, port: listener.port };
