@@ -192,7 +192,9 @@ export function renderMarkdown(res: Results): string {
   out.push(`# kube-userspace-proxy benchmark, ${res.date}`, '');
   out.push(
     `Machine: ${m.cores} cores (${m.cpu}), ${m.memoryGiB} GiB, Linux ${m.kernel}, Node ${m.node}, host ${m.host}.`,
-    `Proxy: kube-userspace-proxy ${m.proxy}, run from the compiled dist/ as installed. Tools: ${Object.entries(m.tools)
+    `Proxy: kube-userspace-proxy ${m.proxy}, run from the compiled dist/ as installed. Tools: ${Object.entries(
+      m.tools,
+    )
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')}.`,
     `Run: ${res.options.rounds} round(s) × ${res.options.seconds} s per sample${res.options.quick ? ' (--quick)' : ''}${
