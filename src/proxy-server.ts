@@ -10,6 +10,7 @@ import type { FamilyConfig } from './netfilter/netfilter.ts';
 import { Netfilter } from './netfilter/netfilter.ts';
 import { chooseHostIP, type HostInfo, nodePortClaimHosts, readHostInfo } from './netfilter/node-ip.ts';
 import { IptablesPortals } from './netfilter/portal-programmer.ts';
+import { createShellRun, type ShellRun } from './netfilter/shell-run.ts';
 import { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
 import { PortAllocator, parsePortRange } from './proxier/port-allocator.ts';
 import {
@@ -94,6 +95,8 @@ export class ProxyServer {
   healthServer: HttpServer | undefined;
   metricsServer: HttpServer | undefined;
   #closing: Promise<void> | undefined;
+  /** Starts iptables and friends (undefined when tests inject an Iptables). */
+  #shellRun: ShellRun | undefined;
   /** An endpoint-only change is waiting for the next tick (see #onStateChange). */
   #endpointsQueued = false;
   /** The state's change totals already added to the metrics. */
@@ -124,7 +127,10 @@ export class ProxyServer {
     let portals: PortalProgrammer | undefined;
     let nodePortHosts: (() => string[] | undefined) | undefined;
     if (config.iptables) {
-      const iptables = deps.iptables ?? createIptables(run);
+      // iptables, iptables-restore and conntrack start from a kept shell: a process start from Node
+      // blocks it 5-10 ms at 10,000 service ports (see shell-run.ts).
+      if (deps.iptables === undefined) this.#shellRun = createShellRun({ fallback: run });
+      const iptables = deps.iptables ?? createIptables(this.#shellRun ?? run);
       const hostInfo = deps.hostInfo ?? readHostInfo;
       const log = this.log.child({ component: 'iptables' });
       const families = familyConfigs(config, hostInfo(), log);
@@ -294,6 +300,8 @@ export class ProxyServer {
         'KUP_ERR_PERMISSION',
         'missing capability NET_ADMIN, needed to write iptables rules (grant it, or run with --no-iptables)',
       );
+    // The shell is started while this process is small (its own start is a fork of this process).
+    this.#shellRun?.start();
     await this.#startServers();
     if (this.config.bindAddress === '0.0.0.0' && !(await canListenDualStack())) {
       this.log.warn('IPv6 is not available; listening on IPv4 only');
@@ -417,6 +425,7 @@ export class ProxyServer {
         this.healthServer?.close(),
         this.serviceHealth.close(),
       ]);
+      this.#shellRun?.close();
     })();
     return this.#closing;
   }
