@@ -43,7 +43,8 @@ export type SyncOptions = {
   readonly checkJumps?: boolean;
 };
 
-type Applied = { readonly ctx: RuleContext; readonly portals: ReadonlyMap<ServicePortKey, PortalSpec> };
+/** What a family's chains hold. `portals` is this family's own map: update() changes it in place. */
+type Applied = { readonly ctx: RuleContext; readonly portals: Map<ServicePortKey, PortalSpec> };
 
 /**
  * Keeps our chains equal to the wanted portals. When a full render is used:
@@ -76,6 +77,49 @@ export class Netfilter {
       const next = new Map<ServicePortKey, PortalSpec>();
       for (const p of portals) next.set(p.servicePort.key, p);
       await this.#eachFamily('Sync failed', (f) => this.#syncFamily(f, portals, next, options));
+    });
+  }
+
+  /**
+   * Applies the rules of the `changed` service ports only (undefined: it has no portal any more): a
+   * delta against what each family holds, without looking at the other service ports. A family whose
+   * state is unknown, whose context changed, or whose delta fails gets a full restore of `all()`.
+   */
+  update(
+    changed: ReadonlyMap<ServicePortKey, PortalSpec | undefined>,
+    all: () => readonly PortalSpec[],
+    options: Omit<SyncOptions, 'full'> = {},
+  ): Promise<void> {
+    return this.#serialize(async () => {
+      let everything: { portals: readonly PortalSpec[]; next: Map<ServicePortKey, PortalSpec> } | undefined;
+      const full = (f: FamilyConfig) => {
+        if (everything === undefined) {
+          const portals = all();
+          everything = { portals, next: new Map(portals.map((p) => [p.servicePort.key, p])) };
+        }
+        return this.#syncFamily(f, everything.portals, everything.next, { ...options, full: true });
+      };
+      const present = new Map<ServicePortKey, PortalSpec>();
+      for (const [key, spec] of changed) if (spec !== undefined) present.set(key, spec);
+      await this.#eachFamily('Sync failed', async (f) => {
+        const ctx: RuleContext = { ...f, localAddresses: options.localAddresses ?? [] };
+        const last = this.#applied.get(f.family);
+        if (last === undefined || !sameContext(last.ctx, ctx)) return full(f);
+        const text = restoreText(renderDelta(last.portals, present, ctx, changed.keys()));
+        if (text !== '') {
+          try {
+            await this.#iptables.restore(f.family, text);
+          } catch (err) {
+            if (!isProxyError(err, 'KUP_ERR_IPTABLES_RESTORE')) throw err;
+            this.#log.warn({ family: f.family, err }, 'Delta restore failed, restoring all rules');
+            return full(f);
+          }
+        }
+        for (const [key, spec] of changed) {
+          if (spec === undefined) last.portals.delete(key);
+          else last.portals.set(key, spec);
+        }
+      });
     });
   }
 
@@ -112,7 +156,7 @@ export class Netfilter {
       this.#log.warn({ family, jumps: missing.map((j) => `${j.from}->${j.to}`) }, 'Restoring missing jumps');
     const text = restoreText(renderRestoreInput({ ...ctx, portals }, missing));
     await this.#iptables.restore(family, text);
-    this.#applied.set(family, { ctx, portals: next });
+    this.#applied.set(family, { ctx, portals: new Map(next) });
     this.#log.debug({ family, servicePorts: next.size, jumps: missing.length }, 'Restored all rules');
   }
 
@@ -143,7 +187,7 @@ export class Netfilter {
       return false;
     }
     if (missing.length > 0) return false;
-    this.#applied.set(family, { ctx, portals: next });
+    this.#applied.set(family, { ctx, portals: new Map(next) });
     return true;
   }
 

@@ -3,7 +3,7 @@
 // left in the rules so a restart can reuse them (traffic returns as soon as the new listeners are up).
 import type { Logger } from '../log.ts';
 import type { PortalProgrammer, PortalSpec } from '../proxier/proxier.ts';
-import type { IPFamily, ServicePort } from '../state/service-port.ts';
+import type { IPFamily, ServicePort, ServicePortKey } from '../state/service-port.ts';
 import { KUBE_PORTALS_CONTAINER } from './chains.ts';
 import type { Iptables } from './iptables.ts';
 import { parseSave } from './iptables.ts';
@@ -32,18 +32,36 @@ export class IptablesPortals implements PortalProgrammer {
     portals: readonly PortalSpec[],
     options: { full: boolean; removedUDP: readonly ServicePort[] },
   ): Promise<void> {
-    const { netfilter, iptables, log } = this.#deps;
+    await this.#program(
+      (local) => this.#deps.netfilter.sync(portals, { full: options.full, localAddresses: local }),
+      options.removedUDP,
+    );
+  }
+
+  async update(
+    changed: ReadonlyMap<ServicePortKey, PortalSpec | undefined>,
+    all: () => readonly PortalSpec[],
+    options: { removedUDP: readonly ServicePort[] },
+  ): Promise<void> {
+    await this.#program(
+      (local) => this.#deps.netfilter.update(changed, all, { localAddresses: local }),
+      options.removedUDP,
+    );
+  }
+
+  async #program(
+    apply: (localAddresses: string[]) => Promise<void>,
+    removedUDP: readonly ServicePort[],
+  ): Promise<void> {
+    const { iptables, log } = this.#deps;
     try {
-      await netfilter.sync(portals, {
-        full: options.full,
-        localAddresses: localAddresses(this.#deps.hostInfo()),
-      });
+      await apply(localAddresses(this.#deps.hostInfo()));
     } catch (err) {
       this.#deps.onRestoreFailure?.();
       throw err;
     }
     // After the rules changed, so no new flow is created with the old NAT.
-    for (const sp of options.removedUDP) {
+    for (const sp of removedUDP) {
       for (const ip of sp.clusterIPs) {
         try {
           await iptables.flushConntrackUDP(ip);

@@ -194,19 +194,35 @@ export function renderRestoreInput(input: RuleInput, missingJumps: readonly Jump
  * touching unchanged service ports: `-D <chain> <old rule>` for rules that went, then `-A` for new
  * ones. Tables without changes are empty strings; both empty means nothing to apply. A `-D` of a rule
  * someone else removed fails the restore: the caller then falls back to a full render.
+ *
+ * With `keys`, only those service ports are compared (`next` then needs to hold only them: a key it
+ * lacks is one that went): O(changes) rather than O(service ports).
  */
-export function renderDelta(previous: PortalSet, next: PortalSet, ctx: RuleContext): RestoreText {
+export function renderDelta(
+  previous: PortalSet,
+  next: PortalSet,
+  ctx: RuleContext,
+  keys?: Iterable<ServicePortKey>,
+): RestoreText {
   const prev = toMap(previous);
   const curr = toMap(next);
   const deletes: Rule[] = [];
   const adds: Rule[] = [];
   // Only the changed keys are sorted (one or two of 10,000 in a typical delta).
   const changed: ServicePortKey[] = [];
-  for (const [key, a] of prev) {
-    const b = curr.get(key);
-    if (b === undefined || !samePortal(a, b)) changed.push(key);
+  if (keys !== undefined) {
+    for (const key of keys) {
+      const a = prev.get(key);
+      const b = curr.get(key);
+      if (a === undefined ? b !== undefined : b === undefined || !samePortal(a, b)) changed.push(key);
+    }
+  } else {
+    for (const [key, a] of prev) {
+      const b = curr.get(key);
+      if (b === undefined || !samePortal(a, b)) changed.push(key);
+    }
+    for (const key of curr.keys()) if (!prev.has(key)) changed.push(key);
   }
-  for (const key of curr.keys()) if (!prev.has(key)) changed.push(key);
   for (const key of changed.sort(compareStrings)) {
     const a = prev.get(key);
     const b = curr.get(key);

@@ -35,6 +35,16 @@ export interface PortalProgrammer {
     portals: readonly PortalSpec[],
     options: { full: boolean; removedUDP: readonly ServicePort[] },
   ): Promise<void>;
+  /**
+   * Only the portals of `changed` service ports (undefined: it has none any more) differ from the last
+   * sync or update: apply them without looking at the others (`all()` is for a state it does not
+   * know). Optional; without it the proxier calls sync().
+   */
+  update?(
+    changed: ReadonlyMap<ServicePortKey, PortalSpec | undefined>,
+    all: () => readonly PortalSpec[],
+    options: { removedUDP: readonly ServicePort[] },
+  ): Promise<void>;
 }
 
 export const noPortals: PortalProgrammer = { sync: async () => {} };
@@ -150,6 +160,8 @@ export class Proxier {
   #closed = false;
   #syncing = false;
   #portsChanged = false;
+  /** Service ports whose portal may differ from what was last programmed (the next delta's keys). */
+  readonly #portalChanges = new Set<ServicePortKey>();
   /** Descriptor exhaustion, shared by every listener (metrics read its counts). */
   readonly fdPressure: FdPressure;
   /** The cap on UDP sessions across service ports; undefined = none. */
@@ -338,9 +350,8 @@ export class Proxier {
     const now = this.#clock.now();
     const claimHosts = this.#options.nodePortHosts?.() ?? [this.#options.listenHost];
     const claimKey = claimHosts.join(' ');
-    // The rules depend on service ports, their proxy ports and NodePort claims only: a sync that changed
-    // none of them (an endpoint or affinity change) does not touch iptables, so it takes effect at once.
-    let portalsChanged = full || snapshot.changedServicePorts.size > 0 || this.#failed.size > 0;
+    // The rules depend on service ports, their proxy ports and NodePort claims only (#portalChanges): a
+    // sync that changed none of them (an affinity change) does not touch iptables.
     for (const info of this.#services.values()) {
       info.context.balancer.cleanupStaleStickySessions(now);
       if (this.#options.claimNodePorts && info.servicePort.nodePort !== 0) {
@@ -349,7 +360,7 @@ export class Proxier {
         if (info.nodePortClaim !== undefined && info.nodePortClaim.hosts !== claimKey)
           await this.#releaseNodePort(info);
         if (info.nodePortClaim === undefined) await this.#claimNodePort(info, claimHosts);
-        if (info.nodePortClaim !== before) portalsChanged = true;
+        if (info.nodePortClaim !== before) this.#portalChanges.add(info.servicePort.key);
       }
       if (yielder.due) await yielder.turn();
       if (this.#closed) return undefined;
@@ -361,7 +372,10 @@ export class Proxier {
       // What changed since the early restore (a listener on another port, a failure, NodePort claims):
       // a delta, usually empty.
       await this.#portals.sync(this.portals(), { full: false, removedUDP: [] });
-    } else if (portalsChanged) await this.#portals.sync(this.portals(), { full, removedUDP });
+      this.#portalChanges.clear();
+    } else if (full || this.#portalChanges.size > 0 || removedUDP.length > 0) {
+      await this.#programPortals(full, removedUDP);
+    }
     if (full) this.#lastFullSyncMs = started;
     this.#needFullSync = false;
     // After the rules: what a restart reads back should be what the rules in place point at.
@@ -390,27 +404,49 @@ export class Proxier {
     }
   }
 
+  /**
+   * Programs the rules: everything when `full`, else only the service ports in #portalChanges (a
+   * delta that does not look at the 10,000 others). On failure the runner asks for a full sync.
+   */
+  async #programPortals(full: boolean, removedUDP: readonly ServicePort[]): Promise<void> {
+    const update = this.#portals.update?.bind(this.#portals);
+    if (full || update === undefined) {
+      await this.#portals.sync(this.portals(), { full, removedUDP });
+    } else {
+      const changed = new Map<ServicePortKey, PortalSpec | undefined>();
+      for (const key of this.#portalChanges) {
+        const info = this.#services.get(key);
+        changed.set(key, info === undefined ? undefined : this.#portalOf(info));
+      }
+      await update(changed, () => this.portals(), { removedUDP });
+    }
+    this.#portalChanges.clear();
+  }
+
   /** The running service ports and their proxy ports, for the portal programmer. */
   portals(): PortalSpec[] {
     const out: PortalSpec[] = [];
-    for (const info of this.#services.values()) {
-      const sp = info.servicePort;
-      // A NodePort someone else holds gets no rules: we must not hijack their traffic.
-      const unclaimed =
-        this.#options.claimNodePorts === true &&
-        sp.nodePort !== 0 &&
-        info.nodePortClaim?.port !== sp.nodePort;
-      const cached = info.portal;
-      // #update drops the cache when the service port changes; what is left is the NodePort claim.
-      if (
-        cached === undefined ||
-        cached.proxyPort !== info.proxyPort ||
-        unclaimed === (cached.servicePort === sp)
-      )
-        info.portal = { servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp, proxyPort: info.proxyPort };
-      out.push(info.portal!);
-    }
+    for (const info of this.#services.values()) out.push(this.#portalOf(info));
     return out;
+  }
+
+  /** One running service port's portal, the same object while nothing it depends on changed. */
+  #portalOf(info: ServiceInfo): PortalSpec {
+    const sp = info.servicePort;
+    // A NodePort someone else holds gets no rules: we must not hijack their traffic.
+    const unclaimed =
+      this.#options.claimNodePorts === true && sp.nodePort !== 0 && info.nodePortClaim?.port !== sp.nodePort;
+    const cached = info.portal;
+    // #update drops the cache when the service port changes; what is left is the NodePort claim.
+    if (
+      cached !== undefined &&
+      cached.proxyPort === info.proxyPort &&
+      unclaimed !== (cached.servicePort === sp)
+    )
+      return cached;
+    const portal = { servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp, proxyPort: info.proxyPort };
+    info.portal = portal;
+    return portal;
   }
 
   /** NodePort claims that failed, by service port (for /debug/services). */
@@ -501,6 +537,7 @@ export class Proxier {
         this.#allocator.release(port);
         return false;
       }
+      this.#portalChanges.add(servicePort.key);
       this.#services.set(servicePort.key, {
         servicePort,
         context,
@@ -626,6 +663,7 @@ export class Proxier {
     const before = info.servicePort;
     info.servicePort = servicePort;
     info.portal = undefined;
+    this.#portalChanges.add(servicePort.key);
     info.context.balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
     if (before.trace !== servicePort.trace) info.context.observer = this.#observerFor(servicePort);
     if (before.nodePort !== servicePort.nodePort && info.nodePortClaim !== undefined)
@@ -636,6 +674,7 @@ export class Proxier {
 
   async #stop(info: ServiceInfo): Promise<void> {
     this.#services.delete(info.servicePort.key);
+    this.#portalChanges.add(info.servicePort.key);
     this.#portsChanged = true;
     await info.listener.close();
     await this.#releaseNodePort(info);

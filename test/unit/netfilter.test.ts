@@ -6,7 +6,8 @@ import { JUMPS, type Jump } from '../../src/netfilter/chains.ts';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
 import { type FamilyConfig, Netfilter } from '../../src/netfilter/netfilter.ts';
 import { IptablesPortals } from '../../src/netfilter/portal-programmer.ts';
-import type { IPFamily } from '../../src/state/service-port.ts';
+import type { PortalSpec } from '../../src/netfilter/rules.ts';
+import type { IPFamily, ServicePortKey } from '../../src/state/service-port.ts';
 import { portal } from '../helpers/portals.ts';
 
 /** An Iptables that records restores and fails the ones `failNext` says to. */
@@ -266,4 +267,108 @@ COMMIT
       ['default/web:http/TCP', 40002],
     ]),
   );
+});
+
+// A model of iptables-restore --noflush on our chains (full restores declare and empty chains).
+function applyRestore(model: Map<string, string[]>, text: string): void {
+  let table = '';
+  for (const line of text.split('\n')) {
+    if (line.startsWith('*')) table = line.slice(1);
+    else if (line.startsWith(':')) model.set(`${table} ${line.slice(1).split(' ')[0]}`, []);
+    else if (line.startsWith('-A ') || line.startsWith('-D ') || line.startsWith('-I ')) {
+      const [op, chain, ...rest] = line.split(' ');
+      const key = `${table} ${chain}`;
+      const rules = model.get(key) ?? [];
+      model.set(key, rules);
+      if (op === '-D') {
+        const i = rules.indexOf(rest.join(' '));
+        assert.ok(i >= 0, `-D of a missing rule: ${line}`);
+        rules.splice(i, 1);
+      } else rules.push(rest.join(' '));
+    }
+  }
+}
+
+function sorted(model: Map<string, string[]>): Map<string, string[]> {
+  return new Map([...model].filter(([, r]) => r.length > 0).map(([k, r]) => [k, [...r].sort()]));
+}
+
+test('update(): deltas of the changed service ports only, the same rules as full restores', async () => {
+  let seed = 7;
+  const rand = (n: number) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
+  const { iptables, nf } = setup([v4, v6]);
+  let current = new Map(
+    Array.from({ length: 40 }, (_, i) => {
+      const p = portal('ns', `s${i}`, 'p', {
+        clusterIPs: [`10.0.${i}.1`, `fd00::${i + 1}`],
+        proxyPort: 40000 + i,
+      });
+      return [p.servicePort.key, p] as const;
+    }),
+  );
+  await nf.sync([...current.values()], { full: true });
+  const models = { IPv4: new Map<string, string[]>(), IPv6: new Map<string, string[]>() };
+  const applyAll = () => {
+    for (const r of iptables.restores) applyRestore(models[r.family as 'IPv4' | 'IPv6'], r.text);
+    iptables.restores = [];
+  };
+  applyAll();
+  for (let round = 0; round < 30; round++) {
+    const changed = new Map<ServicePortKey, PortalSpec | undefined>();
+    const keys = [...current.keys()];
+    for (let k = 0; k < 3; k++) {
+      const key = keys[rand(keys.length)]!;
+      const p = current.get(key);
+      const choice = rand(3);
+      if (p === undefined) continue;
+      if (choice === 0) changed.set(key, undefined);
+      else changed.set(key, { ...p, proxyPort: 30000 + rand(10000) });
+    }
+    const added = portal('ns', `new${round}`, 'p', {
+      clusterIPs: [`10.9.${round}.${rand(255)}`],
+      proxyPort: 41000 + round,
+    });
+    changed.set(added.servicePort.key, added);
+    const next = new Map(current);
+    for (const [key, p] of changed) {
+      if (p === undefined) next.delete(key);
+      else next.set(key, p);
+    }
+    let asked = 0;
+    await nf.update(changed, () => {
+      asked++;
+      return [...next.values()];
+    });
+    assert.equal(asked, 0, `round ${round}: no full restore needed`);
+    for (const r of iptables.restores) assert.doesNotMatch(r.text, /^:KUBE-/m, `round ${round}: a delta`);
+    applyAll();
+    // What the model holds now equals a fresh full restore of `next`.
+    const fresh = setup([v4, v6]);
+    await fresh.nf.sync([...next.values()], { full: true });
+    const expected = { IPv4: new Map<string, string[]>(), IPv6: new Map<string, string[]>() };
+    for (const r of fresh.iptables.restores) applyRestore(expected[r.family as 'IPv4' | 'IPv6'], r.text);
+    assert.deepEqual(sorted(models.IPv4), sorted(expected.IPv4), `round ${round} IPv4`);
+    assert.deepEqual(sorted(models.IPv6), sorted(expected.IPv6), `round ${round} IPv6`);
+    current = next;
+  }
+});
+
+test('update(): an unknown state or a failed delta restores everything from all()', async () => {
+  const { iptables, nf } = setup();
+  // Nothing applied yet: full.
+  await nf.update(new Map([[a.servicePort.key, a]]), () => [a]);
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+  await nf.update(new Map([[b.servicePort.key, b]]), () => [a, b]);
+  assert.deepEqual(iptables.kinds(), ['IPv4:delta']);
+  // The kernel lost a rule: the delta's -D fails, the same update restores all.
+  iptables.failNext = (text) => !/^:KUBE-/m.test(text);
+  await nf.update(new Map([[b.servicePort.key, undefined]]), () => [a]);
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+  assert.doesNotMatch(iptables.restores.at(-1)?.text ?? '', /default\/b:http/);
+  // Nothing that changes a rule: no restore at all.
+  await nf.update(new Map([[a.servicePort.key, a]]), () => [a]);
+  assert.deepEqual(iptables.kinds(), []);
 });
