@@ -9,6 +9,7 @@ import {
   type RuleContext,
   renderDelta,
   renderRestoreInput,
+  renderRestoreParts,
   restoreText,
   sameContext,
 } from './rules.ts';
@@ -154,8 +155,16 @@ export class Netfilter {
     const missing = await this.#iptables.missingJumps(family);
     if (missing.length > 0 && last !== undefined)
       this.#log.warn({ family, jumps: missing.map((j) => `${j.from}->${j.to}`) }, 'Restoring missing jumps');
-    const text = restoreText(renderRestoreInput({ ...ctx, portals }, missing));
-    await this.#iptables.restore(family, text);
+    if (last === undefined) {
+      // What the kernel holds is unknown (start-up, or after a failure): the container-side chains go
+      // first, so pods reach their Services without waiting for the host side and the NodePorts.
+      for (const part of renderRestoreParts({ ...ctx, portals }, missing)) {
+        const text = restoreText(part);
+        if (text !== '') await this.#iptables.restore(family, text);
+      }
+    } else {
+      await this.#iptables.restore(family, restoreText(renderRestoreInput({ ...ctx, portals }, missing)));
+    }
     this.#applied.set(family, { ctx, portals: new Map(next) });
     this.#log.debug({ family, servicePorts: next.size, jumps: missing.length }, 'Restored all rules');
   }

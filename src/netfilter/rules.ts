@@ -164,24 +164,49 @@ export function renderJumps(missing: readonly Jump[]): { nat: string[]; filter: 
  * (each `:CHAIN - [0:0]` line creates or flushes one) and adds `missingJumps`; nothing else is touched.
  */
 export function renderRestoreInput(input: RuleInput, missingJumps: readonly Jump[] = []): RestoreText {
+  return renderChains(input, missingJumps, () => true);
+}
+
+/**
+ * renderRestoreInput in two restores, for a start-up: first the container-side portal chains (what pods
+ * reach ClusterIPs through; ~0.3 s of kernel time at 10,000 service ports), then everything else (host
+ * side, NodePorts, filter). Pods are served as soon as the first is in, without waiting for the second.
+ * Together they hold exactly what renderRestoreInput holds.
+ */
+export function renderRestoreParts(
+  input: RuleInput,
+  missingJumps: readonly Jump[] = [],
+): [containerSide: RestoreText, rest: RestoreText] {
+  const containerSide = (chain: Chain) => chain.startsWith(KUBE_PORTALS_CONTAINER);
+  return [
+    renderChains(input, missingJumps, containerSide),
+    renderChains(input, missingJumps, (chain) => !containerSide(chain)),
+  ];
+}
+
+/** Declares (empties) the chains `pick` selects and fills them, with the missing jumps into them. */
+function renderChains(
+  input: RuleInput,
+  missingJumps: readonly Jump[],
+  pick: (c: Chain) => boolean,
+): RestoreText {
   const byChain = new Map<Chain, string[]>();
-  for (const r of dispatchRules(input.family)) {
+  const add = (r: Rule) => {
+    if (!pick(r.chain)) return;
     const list = byChain.get(r.chain);
     if (list) list.push(r.spec);
     else byChain.set(r.chain, [r.spec]);
-  }
-  for (const portal of sortPortals(input.portals))
-    for (const r of portalRules(portal, input)) {
-      const list = byChain.get(r.chain);
-      if (list) list.push(r.spec);
-      else byChain.set(r.chain, [r.spec]);
-    }
-  const jumps = renderJumps(missingJumps);
+  };
+  for (const r of dispatchRules(input.family)) add(r);
+  for (const portal of sortPortals(input.portals)) for (const r of portalRules(portal, input)) add(r);
+  const jumps = renderJumps(missingJumps.filter((j) => pick(j.to)));
   const table = (t: Table): string => {
+    const chains = CHAINS[t].filter(pick);
+    if (chains.length === 0 && jumps[t].length === 0) return '';
     const lines = [`*${t}`];
-    for (const chain of CHAINS[t]) lines.push(`:${chain} - [0:0]`);
+    for (const chain of chains) lines.push(`:${chain} - [0:0]`);
     lines.push(...jumps[t]);
-    for (const chain of CHAINS[t])
+    for (const chain of chains)
       for (const spec of byChain.get(chain) ?? []) lines.push(`-A ${chain} ${spec}`);
     lines.push('COMMIT', '');
     return lines.join('\n');

@@ -40,13 +40,25 @@ class FakeIptables implements Iptables {
     this.cleanups.push(family);
   }
   async flushConntrackUDP(): Promise<void> {}
-  /** Kinds of the restores since the last call: full (declares chains) or delta. */
+  /**
+   * Kinds of the restores since the last call: full (declares chains) or delta. A full restore of an
+   * unknown state comes in two (container side, then the rest): counted once.
+   */
   kinds(): string[] {
-    const k = this.restores.map(
-      (r) => `${r.family}:${/^:KUBE-PORTALS-CONTAINER /m.test(r.text) ? 'full' : 'delta'}`,
-    );
+    const out: string[] = [];
+    let half: IPFamily | undefined;
+    for (const r of this.restores) {
+      const container = /^:KUBE-PORTALS-CONTAINER /m.test(r.text);
+      const host = /^:KUBE-PORTALS-HOST /m.test(r.text);
+      if (host && !container && half === r.family) {
+        half = undefined;
+        continue;
+      }
+      half = container && !host ? r.family : undefined;
+      out.push(`${r.family}:${container || host ? 'full' : 'delta'}`);
+    }
     this.restores = [];
-    return k;
+    return out;
   }
 }
 
@@ -371,4 +383,34 @@ test('update(): an unknown state or a failed delta restores everything from all(
   // Nothing that changes a rule: no restore at all.
   await nf.update(new Map([[a.servicePort.key, a]]), () => [a]);
   assert.deepEqual(iptables.kinds(), []);
+});
+
+test('an unknown state is restored in two: the container side first, then the rest; a known one in one', async () => {
+  const { iptables, nf } = setup();
+  iptables.missing = [...JUMPS];
+  const np = portal('default', 'np', 'p', { clusterIPs: ['10.0.0.3'], nodePort: 30001, proxyPort: 40003 });
+  await nf.sync([a, b, np], { full: true });
+  const [first, second, ...more] = iptables.restores.map((r) => r.text);
+  assert.equal(more.length, 0);
+  // First: only the container-side chains (declared, dispatch, rules) and the PREROUTING jump into them.
+  assert.match(first!, /^:KUBE-PORTALS-CONTAINER - /m);
+  assert.match(first!, /^:KUBE-PORTALS-CONTAINER-01 - /m);
+  assert.match(first!, /^-I PREROUTING 1 .*-j KUBE-PORTALS-CONTAINER$/m);
+  assert.match(first!, /^-A KUBE-PORTALS-CONTAINER-01 .*--comment default\/a:http/m);
+  assert.doesNotMatch(first!, /KUBE-PORTALS-HOST|KUBE-NODEPORT|^\*filter/m);
+  // Second: everything else, without touching the container side.
+  assert.doesNotMatch(second!, /KUBE-PORTALS-CONTAINER/);
+  assert.match(second!, /^:KUBE-PORTALS-HOST - /m);
+  assert.match(second!, /^-A KUBE-NODEPORT-CONTAINER .*--dport 30001/m);
+  assert.match(second!, /^\*filter$/m);
+  // Together: what one restore of the same portals writes.
+  const split = new Map<string, string[]>();
+  for (const t of [first!, second!]) applyRestore(split, t);
+  // A known state (after that first sync) is restored in one piece, holding the same rules.
+  iptables.restores = [];
+  await nf.sync([a, b, np], { full: true });
+  assert.equal(iptables.restores.length, 1);
+  const one = new Map<string, string[]>();
+  applyRestore(one, iptables.restores[0]!.text);
+  assert.deepEqual(sorted(split), sorted(one));
 });
