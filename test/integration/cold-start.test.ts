@@ -13,28 +13,13 @@ import { silentLogger } from '../../src/log.ts';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
 import { OVERLAP_MIN_SERVICE_PORTS } from '../../src/proxier/proxier.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';
+import { fakeHostInfo } from '../helpers/host-info.ts';
 import { service, slice, toYaml } from '../helpers/manifests.ts';
 import { request, waitFor } from '../helpers/servers.ts';
 
 const SERVICES = 100;
-
-const hostInfo = () => ({
-  route4:
-    'Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\neth0\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\n',
-  route6: '',
-  interfaces: {
-    eth0: [
-      {
-        address: '192.168.1.5',
-        netmask: '255.255.255.0',
-        family: 'IPv4' as const,
-        mac: '00:00:00:00:00:01',
-        internal: false,
-        cidr: '192.168.1.5/24',
-      },
-    ],
-  },
-});
+/** Ports in the range beyond one per service port: another process may take one meanwhile. */
+const SPARE_PORTS = 4;
 
 function canListen(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -77,12 +62,16 @@ test('many new service ports: rules restored while listeners bind, then a delta 
   t.after(() => new Promise((r) => pod.close(r)));
   const podPort = (pod.address() as net.AddressInfo).port;
 
-  // One port more than service ports, and one of them held by someone else: the allocator plans it
-  // for a service port (it cannot know), whose listener then lands on the one port left.
-  const base = await freeRange(SERVICES + 1);
-  const held = base + Math.floor(Math.random() * (SERVICES + 1));
+  // A few ports more than service ports, and one of them held by someone else: the allocator most
+  // likely plans it for a service port (it cannot know), whose listener then lands on another.
+  const size = SERVICES + SPARE_PORTS;
+  const base = await freeRange(size);
+  const held = base + Math.floor(Math.random() * size);
   const squatter = net.createServer();
-  await new Promise<void>((r) => squatter.listen({ host: '::', port: held }, () => r()));
+  await new Promise<void>((resolve, reject) => {
+    squatter.once('error', reject);
+    squatter.listen({ host: '::', port: held }, () => resolve());
+  });
   t.after(() => new Promise((r) => squatter.close(r)));
 
   const dir = await mkdtemp(join(tmpdir(), 'kup-cold-'));
@@ -117,12 +106,12 @@ test('many new service ports: rules restored while listeners bind, then a delta 
     iptables: true,
     hostnameOverride: 'node-1',
     bindAddress: '0.0.0.0',
-    proxyPortRange: `${base}-${base + SERVICES}`,
+    proxyPortRange: `${base}-${base + size - 1}`,
     healthzBindAddress: '127.0.0.1:0',
     metricsBindAddress: '127.0.0.1:0',
     iptablesMinSyncPeriodMs: 0,
   };
-  server = new ProxyServer(config, { log: silentLogger(), iptables, hostInfo });
+  server = new ProxyServer(config, { log: silentLogger(), iptables, hostInfo: fakeHostInfo });
   await server.start();
   t.after(() => server?.close());
   await waitFor(() => server!.proxier.lastSyncMs > 0, 10_000, 'the first sync');

@@ -11,6 +11,7 @@ import { DEFAULT_CONFIG } from '../../src/config/config.ts';
 import { silentLogger } from '../../src/log.ts';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';
+import { fakeHostInfo } from '../helpers/host-info.ts';
 import { service, slice, toYaml } from '../helpers/manifests.ts';
 import { request, waitFor } from '../helpers/servers.ts';
 
@@ -38,24 +39,7 @@ async function start(t: { after(fn: () => unknown): void }, overrides: Partial<C
     iptablesMinSyncPeriodMs: 0,
     ...overrides,
   };
-  const hostInfo = () => ({
-    route4:
-      'Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\neth0\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\n',
-    route6: '',
-    interfaces: {
-      eth0: [
-        {
-          address: '192.168.1.5',
-          netmask: '255.255.255.0',
-          family: 'IPv4' as const,
-          mac: '00:00:00:00:00:01',
-          internal: false,
-          cidr: '192.168.1.5/24',
-        },
-      ],
-    },
-  });
-  const server = new ProxyServer(config, { log: silentLogger(), iptables, hostInfo });
+  const server = new ProxyServer(config, { log: silentLogger(), iptables, hostInfo: fakeHostInfo });
   await server.start();
   t.after(() => server.close());
   const get = async (srv: 'health' | 'metrics', path: string) => {
