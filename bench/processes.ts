@@ -95,36 +95,90 @@ export function cpuOf(pids: readonly number[]): number {
   return ticks;
 }
 
-/** The agent (bench/agent.ts) in one namespace: requests and answers as JSON lines. */
+/**
+ * Requests and answers as JSON lines over a child's stdin and stdout (bench/agent.ts,
+ * bench/apiserver-agent.ts): `{id, op, args}` in, `{id, ...}` out, and one `{ready: true, ...}` line
+ * when the child is ready. Lines that are not JSON are ignored.
+ */
+export class JsonLineChannel {
+  readonly #daemon: Daemon;
+  readonly #name: string;
+  readonly #pending = new Map<number, (v: Record<string, unknown>) => void>();
+  #next = 1;
+  /** The ready line; rejects when it does not come within `readyMs` or the child exits first. */
+  readonly ready: Promise<Record<string, unknown>>;
+
+  constructor(daemon: Daemon, name: string, readyMs = 10_000) {
+    this.#daemon = daemon;
+    this.#name = name;
+    // A write after it died fails with EPIPE: the exit (or the request's deadline) reports that instead.
+    daemon.child.stdin?.on('error', () => {});
+    this.ready = new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`${name} not ready within ${readyMs / 1000} s`)),
+        readyMs,
+      );
+      daemon.exited.then((code) => {
+        clearTimeout(timer);
+        reject(new Error(`${name} exited (${code}): ${daemon.tail()}`));
+      });
+      createInterface({ input: daemon.child.stdout! }).on('line', (line) => {
+        let msg: Record<string, unknown> & { id?: number; ready?: boolean };
+        try {
+          msg = JSON.parse(line);
+        } catch {
+          return;
+        }
+        if (msg.ready) {
+          clearTimeout(timer);
+          resolve(msg);
+          return;
+        }
+        const done = this.#pending.get(msg.id ?? 0);
+        this.#pending.delete(msg.id ?? 0);
+        done?.(msg);
+      });
+    });
+  }
+
+  /** One request; rejects when no answer comes within `deadlineMs`. */
+  request<T = Record<string, unknown>>(op: string, args: object = {}, deadlineMs = 60_000): Promise<T> {
+    const id = this.#next++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#pending.delete(id);
+        reject(new Error(`${this.#name}: no answer to ${op} within ${deadlineMs} ms`));
+      }, deadlineMs);
+      this.#pending.set(id, (v) => {
+        clearTimeout(timer);
+        resolve(v as T);
+      });
+      this.#daemon.child.stdin!.write(`${JSON.stringify({ id, op, args })}\n`);
+    });
+  }
+
+  /** Answers every request still waiting with `answer` (the child is gone). */
+  answerPending(answer: Record<string, unknown>): void {
+    for (const done of this.#pending.values()) done(answer);
+    this.#pending.clear();
+  }
+}
+
+/** The agent (bench/agent.ts) in one namespace. */
 export class Probe {
   readonly ns: string;
   readonly #daemon: Daemon;
-  readonly #pending = new Map<number, (v: Record<string, unknown>) => void>();
-  #next = 1;
+  readonly #channel: JsonLineChannel;
 
   private constructor(daemon: Daemon, ns: string) {
     this.#daemon = daemon;
     this.ns = ns;
+    this.#channel = new JsonLineChannel(daemon, `agent in ${ns}`);
   }
 
   static async start(sandbox: Sandbox, ns: string): Promise<Probe> {
-    const daemon = new Daemon(`agent in ${ns}`, sandbox.spawnIn(ns, process.execPath, [AGENT]));
-    const probe = new Probe(daemon, ns);
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`agent in ${ns} not ready within 10 s`)), 10_000);
-      daemon.child.once('exit', () => reject(new Error(`agent in ${ns} exited: ${daemon.tail()}`)));
-      createInterface({ input: daemon.child.stdout! }).on('line', (line) => {
-        const msg = JSON.parse(line) as { id?: number; ready?: boolean };
-        if (msg.ready) {
-          clearTimeout(timer);
-          resolve();
-          return;
-        }
-        const done = probe.#pending.get(msg.id ?? 0);
-        probe.#pending.delete(msg.id ?? 0);
-        done?.(msg);
-      });
-    });
+    const probe = new Probe(new Daemon(`agent in ${ns}`, sandbox.spawnIn(ns, process.execPath, [AGENT])), ns);
+    await probe.#channel.ready;
     return probe;
   }
 
@@ -134,18 +188,7 @@ export class Probe {
 
   /** One request; rejects when no answer comes within `deadlineMs`. */
   request<T = Record<string, unknown>>(op: string, args: object = {}, deadlineMs = 60_000): Promise<T> {
-    const id = this.#next++;
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#pending.delete(id);
-        reject(new Error(`agent in ${this.ns}: no answer to ${op} within ${deadlineMs} ms`));
-      }, deadlineMs);
-      this.#pending.set(id, (v) => {
-        clearTimeout(timer);
-        resolve(v as T);
-      });
-      this.#daemon.child.stdin!.write(`${JSON.stringify({ id, op, args })}\n`);
-    });
+    return this.#channel.request<T>(op, args, deadlineMs);
   }
 }
 

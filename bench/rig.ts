@@ -7,12 +7,11 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { mkdtemp, rename, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { createRun, type RunResult } from '../src/netfilter/iptables.ts';
 import { createSandbox, type Sandbox } from '../test/helpers/netns.ts';
 import { backendNginxConf, haproxyConf, NET, serviceYaml, sliceYaml, streamNginxConf } from './configs.ts';
-import { Daemon, Probe } from './processes.ts';
+import { Daemon, JsonLineChannel, Probe } from './processes.ts';
 
 export { NET } from './configs.ts';
 /** The CLI as installed (compiled dist/); the harness builds dist/ before it starts. */
@@ -438,54 +437,24 @@ export class Rig {
 export class ApiServerAgent {
   readonly url: string;
   readonly #daemon: Daemon;
-  readonly #pending: Map<number, (v: Record<string, unknown>) => void>;
-  #next = 1;
+  readonly #channel: JsonLineChannel;
 
-  private constructor(
-    daemon: Daemon,
-    url: string,
-    pending: Map<number, (v: Record<string, unknown>) => void>,
-  ) {
+  private constructor(daemon: Daemon, url: string, channel: JsonLineChannel) {
     this.#daemon = daemon;
     this.url = url;
-    this.#pending = pending;
+    this.#channel = channel;
   }
 
   /** Spawns the agent in `ns` and waits for its ready line (which carries the chosen port). */
   static async start(sandbox: Sandbox, ns: string, log: (line: string) => void): Promise<ApiServerAgent> {
     const daemon = new Daemon('apiserver', sandbox.spawnIn(ns, process.execPath, [API_AGENT]));
-    const pending = new Map<number, (v: Record<string, unknown>) => void>();
-    // A write after it died fails with EPIPE: `request` and the exit handler report that instead.
-    daemon.child.stdin?.on('error', () => {});
-    const url = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`API stand-in in ${ns} not ready within 10 s`)),
-        10_000,
-      );
-      daemon.exited.then((code) => {
-        clearTimeout(timer);
-        reject(new Error(`API stand-in in ${ns} exited (${code}): ${daemon.tail()}`));
-        if (!daemon.stopping) log(`! API stand-in exited on its own (${code}): ${daemon.tail(5)}`);
-        for (const done of pending.values()) done({ ok: false, error: 'API stand-in exited' });
-      });
-      createInterface({ input: daemon.child.stdout! }).on('line', (line) => {
-        let msg: { id?: number; ready?: boolean; url?: string };
-        try {
-          msg = JSON.parse(line);
-        } catch {
-          return;
-        }
-        if (msg.ready) {
-          clearTimeout(timer);
-          resolve(String(msg.url));
-          return;
-        }
-        const done = pending.get(msg.id ?? 0);
-        pending.delete(msg.id ?? 0);
-        done?.(msg);
-      });
+    const channel = new JsonLineChannel(daemon, `API stand-in in ${ns}`);
+    daemon.exited.then((code) => {
+      if (!daemon.stopping) log(`! API stand-in exited on its own (${code}): ${daemon.tail(5)}`);
+      channel.answerPending({ ok: false, error: 'API stand-in exited' });
     });
-    return new ApiServerAgent(daemon, url, pending);
+    const ready = await channel.ready;
+    return new ApiServerAgent(daemon, String(ready['url']), channel);
   }
 
   get pid(): number {
@@ -498,22 +467,8 @@ export class ApiServerAgent {
 
   /** One op; rejects when no answer comes within `deadlineMs`. */
   request<T = Record<string, unknown>>(op: string, args: object = {}, deadlineMs = 60_000): Promise<T> {
-    const id = this.#next++;
-    return new Promise<T>((resolve, reject) => {
-      if (!this.#daemon.running) {
-        reject(new Error('API stand-in is not running'));
-        return;
-      }
-      const timer = setTimeout(() => {
-        this.#pending.delete(id);
-        reject(new Error(`API stand-in: no answer to ${op} within ${deadlineMs} ms`));
-      }, deadlineMs);
-      this.#pending.set(id, (v) => {
-        clearTimeout(timer);
-        resolve(v as T);
-      });
-      this.#daemon.child.stdin!.write(`${JSON.stringify({ id, op, args })}\n`);
-    });
+    if (!this.#daemon.running) return Promise.reject(new Error('API stand-in is not running'));
+    return this.#channel.request<T>(op, args, deadlineMs);
   }
 
   /** Asks it to stop (closing the proxy's watches), then SIGTERM/SIGKILL if it does not exit. */

@@ -371,8 +371,7 @@ export class Proxier {
       if (err !== undefined) throw err;
       // What changed since the early restore (a listener on another port, a failure, NodePort claims):
       // a delta, usually empty.
-      await this.#portals.sync(this.portals(), { full: false, removedUDP: [] });
-      this.#portalChanges.clear();
+      await this.#programPortals(false, []);
     } else if (full || this.#portalChanges.size > 0 || removedUDP.length > 0) {
       await this.#programPortals(full, removedUDP);
     }
