@@ -1,12 +1,13 @@
 // Macro-benchmark of what tracing costs the data path: the same TcpListeners in child processes, one with
 // --trace none and one with protocols, driven over loopback from this process (client and backends) in
 // alternating runs. Prints medians, the protocols/none ratio and the proxy's CPU per unit. No assertions.
-// Run: node bench/trace.bench.ts [--rounds 15] [--seconds 1] [--mib 128] [--concurrency 32]
+// Run: node bench/trace.bench.ts [--rounds 15] [--seconds 1] [--mib 128] [--concurrency 32] [--rate 1500]
 //        [--modes none,protocols,none (default; the second none is an A/A control)|connections|protocols+log|data-only]
 //        [--scenarios upload-http,...] [--prof DIR]
 import { fork } from 'node:child_process';
 import net from 'node:net';
 import { parseArgs } from 'node:util';
+import v8 from 'node:v8';
 import { pino } from 'pino';
 import { RoundRobinBalancer } from '../src/loadbalancer/round-robin.ts';
 import { silentLogger } from '../src/log.ts';
@@ -32,7 +33,7 @@ type ChildMessage =
       accepted: number;
     };
 
-const SCENARIOS = ['upload-http', 'download-http', 'upload-raw', 'conn/s'] as const;
+const SCENARIOS = ['upload-http', 'download-http', 'upload-raw', 'conn/s', 'conn-paced'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 // ---------------------------------------------------------------------------------------------------
@@ -226,6 +227,50 @@ async function connectionsPerSecond(port: number, seconds: number, concurrency: 
   return n / ((performance.now() - start) / 1000);
 }
 
+/**
+ * Connections at a fixed rate (a new batch every 10 ms), each one request and its response; at most
+ * `concurrency` at once. The proxy is not saturated, so its CPU per connection compares modes without
+ * the batching effects of a saturated event loop. Returns the connections completed.
+ */
+async function pacedConnections(
+  port: number,
+  seconds: number,
+  rate: number,
+  concurrency: number,
+): Promise<number> {
+  const tickMs = 10;
+  const perTick = rate / (1000 / tickMs);
+  const ticks = Math.round((seconds * 1000) / tickMs);
+  let due = 0;
+  let open = 0;
+  let done = 0;
+  let failed = 0;
+  const one = async (): Promise<void> => {
+    open++;
+    try {
+      const s = await connect(port);
+      const closing = closed(s);
+      s.write(REQUEST);
+      await closing;
+      done++;
+    } catch {
+      failed++;
+    } finally {
+      open--;
+    }
+  };
+  const start = performance.now();
+  for (let t = 0; t < ticks; t++) {
+    due += perTick;
+    for (; due >= 1 && open < concurrency; due--) void one();
+    const next = start + (t + 1) * tickMs;
+    await new Promise((r) => setTimeout(r, Math.max(0, next - performance.now())));
+  }
+  for (let i = 0; i < 500 && open > 0; i++) await new Promise((r) => setTimeout(r, 10));
+  if (failed > 0) throw new Error(`${failed} paced connections failed`);
+  return done;
+}
+
 /** A stand-in for the relay's connection object: what the observer reads. */
 function fakeConnection(
   id: number,
@@ -243,6 +288,7 @@ function fakeConnection(
     bytesToClient: 0,
     failedAttempts: [],
     closeReason: undefined,
+    observerData: undefined,
   };
 }
 
@@ -257,8 +303,25 @@ function nsPer(iterations: number, fn: (i: number) => void): number {
  * The observers' own CPU, in process and free of scheduling noise: per connection (open, one request and
  * response, close) and per 64 KiB chunk once the sniffer is done or while it follows an HTTP body.
  */
+/** V8 heap bytes allocated per call of `fn` (counted across collections with v8.GCProfiler). */
+function bytesPer(iterations: number, fn: (i: number) => void): number {
+  const profiler = new v8.GCProfiler();
+  const start = v8.getHeapStatistics().used_heap_size;
+  profiler.start();
+  for (let i = 0; i < iterations; i++) fn(i);
+  const end = v8.getHeapStatistics().used_heap_size;
+  let allocated = 0;
+  let last = start;
+  for (const gc of profiler.stop()?.statistics ?? []) {
+    allocated += gc.beforeGC.heapStatistics.usedHeapSize - last;
+    last = gc.afterGC.heapStatistics.usedHeapSize;
+  }
+  return (allocated + end - last) / iterations;
+}
+
 function observerCost(mode: TraceMode): {
   perConnection: number;
+  bytesPerConnection: number;
   perChunkDone: number;
   perChunkBody: number;
 } {
@@ -266,7 +329,7 @@ function observerCost(mode: TraceMode): {
   const observer = createTracer({ mode, table }).observerFor({ trace: undefined });
   const response = Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok');
   let id = 1;
-  const perConnection = nsPer(200_000, () => {
+  const lifecycle = (): void => {
     const c = fakeConnection(id++);
     observer.opened(c);
     observer.clientData?.(c, REQUEST);
@@ -274,7 +337,10 @@ function observerCost(mode: TraceMode): {
     c.endMs = 2;
     c.closeReason = 'endpoint-fin';
     observer.closed(c);
-  });
+  };
+  const perConnection = nsPer(200_000, lifecycle);
+  // Less the fake connection itself (what the relay allocates anyway).
+  const bytesPerConnection = bytesPer(200_000, lifecycle) - bytesPer(200_000, (i) => fakeConnection(i));
   const done = fakeConnection(id++);
   observer.opened(done);
   observer.clientData?.(done, CHUNK); // 'aaaa…': unrecognised, the sniffer is done at once
@@ -286,7 +352,7 @@ function observerCost(mode: TraceMode): {
     Buffer.from(`POST / HTTP/1.1\r\nHost: x\r\nContent-Length: ${2 ** 50}\r\n\r\n`),
   );
   const perChunkBody = nsPer(1_000_000, () => observer.clientData?.(body, CHUNK));
-  return { perConnection, perChunkDone, perChunkBody };
+  return { perConnection, bytesPerConnection, perChunkDone, perChunkBody };
 }
 
 type Child = {
@@ -336,6 +402,7 @@ async function main(): Promise<void> {
       seconds: { type: 'string', default: '1' },
       mib: { type: 'string', default: '128' },
       concurrency: { type: 'string', default: '32' },
+      rate: { type: 'string', default: '1500' },
       modes: { type: 'string', default: 'none,protocols,none' },
       scenarios: { type: 'string', default: SCENARIOS.join(',') },
       prof: { type: 'string' },
@@ -345,6 +412,7 @@ async function main(): Promise<void> {
   const seconds = Number(values.seconds);
   const bytes = Number(values.mib) * 2 ** 20;
   const concurrency = Number(values.concurrency);
+  const rate = Number(values.rate);
   const modes = values.modes.split(',');
   const scenarios = values.scenarios.split(',') as Scenario[];
   const backends = await startBackends(bytes);
@@ -367,6 +435,9 @@ async function main(): Promise<void> {
     if (scenario === 'conn/s') {
       value = await connectionsPerSecond(child.ports.cps, seconds, concurrency);
       units = (value * (performance.now() - t0)) / 1000;
+    } else if (scenario === 'conn-paced') {
+      units = await pacedConnections(child.ports.cps, seconds, rate, concurrency);
+      value = units / ((performance.now() - t0) / 1000);
     } else {
       value =
         scenario === 'download-http'
@@ -412,8 +483,9 @@ async function main(): Promise<void> {
   const header = ['scenario', 'mode', 'median', 'ratio', 'proxy CPU', 'ratio', 'main thread CPU', 'ratio'];
   const rows: string[][] = [header];
   for (const scenario of scenarios) {
-    const unit = scenario === 'conn/s' ? 'conn/s' : 'MiB/s';
-    const cpuUnit = scenario === 'conn/s' ? 'µs/conn' : 'µs/MiB';
+    const perConnection = scenario === 'conn/s' || scenario === 'conn-paced';
+    const unit = perConnection ? 'conn/s' : 'MiB/s';
+    const cpuUnit = perConnection ? 'µs/conn' : 'µs/MiB';
     const b = results.get(`${scenario}|${base}`)!;
     for (const label of labels) {
       const x = results.get(`${scenario}|${label}`)!;
@@ -452,7 +524,8 @@ async function main(): Promise<void> {
       return b === undefined ? '' : ` (${((ns / b) * 100).toFixed(2)}% of ${scenario})`;
     };
     process.stdout.write(
-      `  ${mode}: ${c.perConnection.toFixed(0)} per connection${share(c.perConnection, 'conn/s')}; ` +
+      `  ${mode}: ${c.perConnection.toFixed(0)} per connection${share(c.perConnection, 'conn/s')}, ` +
+        `${c.bytesPerConnection.toFixed(0)} bytes allocated per connection; ` +
         `${c.perChunkDone.toFixed(0)} per chunk after done${share(c.perChunkDone * chunksPerMiB, 'upload-raw')}; ` +
         `${c.perChunkBody.toFixed(0)} per chunk of an HTTP body${share(c.perChunkBody * chunksPerMiB, 'upload-http')}\n`,
     );

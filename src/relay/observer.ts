@@ -34,14 +34,20 @@ export interface ConnectionInfo {
   readonly bytesToClient: number;
   readonly failedAttempts: readonly ConnectAttempt[];
   readonly closeReason: CloseReason | undefined;
+  /**
+   * Owned by the connection's observer, never read by the relay: what the observer keeps per connection
+   * (the tracer: its table entry), so that its callbacks find it without a lookup.
+   */
+  observerData: unknown;
 }
 
 export interface ConnectionObserver {
   /** The connection reached an endpoint (TCP) or a session started (UDP). */
   opened(conn: ConnectionInfo): void;
   /**
-   * Bytes from the client, before they are written on (only when `wantsData` is true). Returns whether
-   * it wants more: once false, the TCP relay stops calling either of these for the connection.
+   * Bytes from the client, just after they were written on, unchanged (only when `wantsData` is true).
+   * Returns whether it wants more: once false, the TCP relay stops calling either of these for the
+   * connection.
    */
   clientData?(conn: ConnectionInfo, chunk: Buffer): boolean;
   /** Bytes from the endpoint, as clientData. */

@@ -98,6 +98,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
   /** The observer still wants the bytes (a sniffer that is not done yet). */
   sniffing = false;
   keepAliveOn = false;
+  observerData: unknown = undefined;
 
   constructor(listener: TcpListener, client: net.Socket, now: number) {
     this.listener = listener;
@@ -416,19 +417,24 @@ function onHalfCloseTimeout(this: net.Socket): void {
 
 // The relay. A write that returns false pauses the reading side until the writing side drains.
 
+// The sniffer reads a chunk after it has been written on: the bytes (and the wake-up of the side that
+// waits for them) never wait for tracing. Nothing changes a chunk once it is read, so it is intact.
+
 function onClientData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
   const upstream = conn?.upstream;
   if (upstream === undefined) return;
+  const flowing = upstream.write(chunk);
   if (conn!.sniffing) conn!.sniffing = conn!.observer.clientData?.(conn!, chunk) ?? false;
-  if (!upstream.write(chunk)) this.pause();
+  if (!flowing) this.pause();
 }
 
 function onUpstreamData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
   if (conn === undefined || conn.upstream !== this) return;
+  const flowing = conn.client.write(chunk);
   if (conn.sniffing) conn.sniffing = conn.observer.endpointData?.(conn, chunk) ?? false;
-  if (!conn.client.write(chunk)) this.pause();
+  if (!flowing) this.pause();
 }
 
 function onUpstreamDrain(this: net.Socket): void {

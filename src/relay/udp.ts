@@ -70,6 +70,7 @@ class UdpSession implements ConnectionInfo {
   /** Datagrams waiting for the upstream connect; null once connected. */
   queue: Buffer[] | null = [];
   closed = false;
+  observerData: unknown = undefined;
 
   constructor(
     listener: UdpListener,
@@ -150,9 +151,10 @@ function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
   // The first reply proves the endpoint alive (UDP has no connect to succeed).
   if (session.bytesToClient === 0) session.context.balancer.reportSuccess(session.endpoint);
   session.bytesToClient += msg.length;
+  listener.socket.send(msg, session.clientPort, session.replyAddress);
+  // After the send, as the TCP relay does: tracing never delays a reply.
   const observer = session.observer;
   if (observer.wantsData) observer.endpointData?.(session, msg);
-  listener.socket.send(msg, session.clientPort, session.replyAddress);
 }
 
 function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void {
@@ -299,9 +301,9 @@ export class UdpListener implements Sweepable {
       if (session === undefined) return;
     }
     session.lastActivityMs = now;
+    session.send(msg);
     const observer = session.observer;
     if (observer.wantsData) observer.clientData?.(session, msg);
-    session.send(msg);
   }
 
   #open(key: string, rinfo: dgram.RemoteInfo, now: number): UdpSession | undefined {

@@ -1,6 +1,8 @@
-// The connection table: active TCP connections and UDP sessions by id, and a bounded ring of recently
-// closed ones that counts what it pushed out. Byte counts of active entries are read live from the relay's
-// ConnectionInfo at query time, never copied per chunk. No I/O, no timers.
+// The connection table: active TCP connections and UDP sessions, and a bounded ring of recently closed ones
+// that counts what it pushed out. Byte counts of active entries are read live from the relay's
+// ConnectionInfo at query time, never copied per chunk. Per connection it allocates one entry and nothing
+// else: the active ones are a list linked through the entries, found from the connection's observerData.
+// No I/O, no timers.
 import type { CloseReason, ConnectAttempt, ConnectionInfo } from '../relay/observer.ts';
 import type { AppInfo, Sniffer } from './sniff/types.ts';
 
@@ -67,6 +69,7 @@ export type ConnectionTableOptions = {
 export const DEFAULT_MAX_RECENT = 1000;
 
 const NO_ATTEMPTS: readonly ConnectAttempt[] = Object.freeze([]);
+const NO_DATA: AppInfo = Object.freeze({ protocol: 'unknown', reason: 'no-data' });
 
 function copyAttempts(a: readonly ConnectAttempt[]): readonly ConnectAttempt[] {
   return a.length === 0 ? NO_ATTEMPTS : a.slice();
@@ -101,10 +104,15 @@ export class TableEntry {
   readonly startMs: number;
   /** The live connection while active. */
   info: ConnectionInfo | undefined;
-  /** Protocols mode only; kept after it is done for info(), dropped at close. */
+  /** Protocols mode only, from the first bytes on; kept after it is done for info(), dropped at close. */
   sniffer: Sniffer | undefined;
+  /** Protocols mode: the connection is sniffed (its app is `no-data` until bytes start a sniffer). */
+  sniffed: boolean;
   /** False once the sniffer is done (or there is none): data callbacks return on this one check. */
   sniffing: boolean;
+  // The active list, newest at the tail.
+  prev: TableEntry | undefined = undefined;
+  next: TableEntry | undefined = undefined;
   // The final values, set at close as plain fields: a closed entry sits in the recent ring for a while,
   // and one flat object per connection is what that ring makes the garbage collector carry along.
   closed = false;
@@ -125,13 +133,20 @@ export class TableEntry {
     this.startMs = conn.startMs;
     this.info = conn;
     this.sniffer = undefined;
+    this.sniffed = false;
     this.sniffing = false;
   }
 
-  /** Starts feeding `sniffer` (protocols mode). */
-  attach(sniffer: Sniffer): void {
-    this.sniffer = sniffer;
-    this.sniffing = !sniffer.done;
+  /** Protocols mode: data callbacks feed a sniffer, started by the first bytes (startSniffer). */
+  sniff(): void {
+    this.sniffed = true;
+    this.sniffing = true;
+  }
+
+  /** What the sniffer knows so far; null when the connection is not sniffed. */
+  appInfo(): AppInfo | null {
+    if (this.sniffer !== undefined) return this.sniffer.info();
+    return this.sniffed ? NO_DATA : null;
   }
 
   get client(): string {
@@ -185,7 +200,7 @@ export class TableEntry {
       bytesToClient: conn.bytesToClient,
       attempts: copyAttempts(conn.failedAttempts),
       closeReason: null,
-      app: this.sniffer?.info() ?? null,
+      app: this.appInfo(),
     };
   }
 
@@ -199,7 +214,7 @@ export class TableEntry {
     this.finalBytesToClient = conn.bytesToClient;
     this.attempts = copyAttempts(conn.failedAttempts);
     this.closeReason = conn.closeReason ?? null;
-    this.app = this.sniffer?.info() ?? null;
+    this.app = this.appInfo();
     this.info = undefined;
     this.sniffer = undefined;
     this.sniffing = false;
@@ -207,13 +222,17 @@ export class TableEntry {
 }
 
 /**
- * Active connections by id plus a ring of the last `maxRecent` closed ones. A connection closed without
- * having been opened (no endpoints, connect failures) goes straight to the ring.
+ * Active connections plus a ring of the last `maxRecent` closed ones. A connection closed without having
+ * been opened (no endpoints, connect failures) goes straight to the ring. The table keeps each active
+ * connection's entry in its `observerData`.
  */
 export class ConnectionTable {
   readonly maxRecent: number;
   readonly now: () => number;
-  readonly #active = new Map<number, TableEntry>();
+  // The active entries, oldest first: a list linked through TableEntry.prev/next.
+  #head: TableEntry | undefined = undefined;
+  #tail: TableEntry | undefined = undefined;
+  #activeCount = 0;
   readonly #ring: (TableEntry | undefined)[];
   #next = 0;
   #recent = 0;
@@ -226,7 +245,7 @@ export class ConnectionTable {
   }
 
   get activeCount(): number {
-    return this.#active.size;
+    return this.#activeCount;
   }
   get recentCount(): number {
     return this.#recent;
@@ -239,20 +258,28 @@ export class ConnectionTable {
   /** Adds an opened connection. */
   open(conn: ConnectionInfo): TableEntry {
     const entry = new TableEntry(conn);
-    this.#active.set(conn.id, entry);
+    const tail = this.#tail;
+    entry.prev = tail;
+    if (tail === undefined) this.#head = entry;
+    else tail.next = entry;
+    this.#tail = entry;
+    this.#activeCount++;
+    conn.observerData = entry;
     return entry;
   }
 
-  /** The active entry of a connection id. */
-  get(id: number): TableEntry | undefined {
-    return this.#active.get(id);
+  /** The active entry of a connection. */
+  get(conn: ConnectionInfo): TableEntry | undefined {
+    const entry = conn.observerData;
+    return entry instanceof TableEntry && !entry.closed ? entry : undefined;
   }
 
   /** Moves a closed connection to the ring (creating its entry when it never opened); returns it. */
   close(conn: ConnectionInfo): TableEntry {
-    let entry = this.#active.get(conn.id);
+    let entry = this.get(conn);
     if (entry === undefined) entry = new TableEntry(conn);
-    else this.#active.delete(conn.id);
+    else this.#unlink(entry);
+    conn.observerData = undefined;
     entry.finish(conn);
     this.#remember(entry);
     return entry;
@@ -266,8 +293,7 @@ export class ConnectionTable {
     const active: TableEntry[] = [];
     const recent: TableEntry[] = [];
     if (options.state !== 'closed') {
-      for (const e of this.#active.values()) if (e.matches(options)) active.push(e);
-      active.reverse();
+      for (let e = this.#tail; e !== undefined; e = e.prev) if (e.matches(options)) active.push(e);
     }
     if (options.state !== 'active') {
       this.#eachRecent((e) => {
@@ -284,10 +310,30 @@ export class ConnectionTable {
 
   /** Forgets everything (tests, or a debug reset). */
   clear(): void {
-    this.#active.clear();
+    for (let e = this.#head; e !== undefined; ) {
+      const next = e.next;
+      e.prev = undefined;
+      e.next = undefined;
+      if (e.info?.observerData === e) e.info.observerData = undefined;
+      e = next;
+    }
+    this.#head = undefined;
+    this.#tail = undefined;
+    this.#activeCount = 0;
     this.#ring.fill(undefined);
     this.#next = 0;
     this.#recent = 0;
+  }
+
+  #unlink(entry: TableEntry): void {
+    const { prev, next } = entry;
+    if (prev === undefined) this.#head = next;
+    else prev.next = next;
+    if (next === undefined) this.#tail = prev;
+    else next.prev = prev;
+    entry.prev = undefined;
+    entry.next = undefined;
+    this.#activeCount--;
   }
 
   #remember(entry: TableEntry): void {
@@ -311,13 +357,16 @@ export class ConnectionTable {
   // A connection whose observer was swapped for the noop one (trace annotation changed to none while it
   // ran) is never reported closed: its relay object says so (endMs is set at close), so move it here.
   #reap(): void {
-    for (const e of this.#active.values()) {
+    for (let e = this.#head; e !== undefined; ) {
+      const next = e.next;
       const conn = e.info!;
       if (conn.endMs > 0) {
-        this.#active.delete(e.id);
+        this.#unlink(e);
+        conn.observerData = undefined;
         e.finish(conn);
         this.#remember(e);
       }
+      e = next;
     }
   }
 }

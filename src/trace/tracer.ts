@@ -6,8 +6,8 @@ import type { ConnectionInfo, ConnectionObserver } from '../relay/observer.ts';
 import { noopObserver } from '../relay/observer.ts';
 import type { ServicePort, TraceMode } from '../state/service-port.ts';
 import type { ConnectionFilter, ConnectionRecord, ConnectionTable, TableEntry } from './connection-table.ts';
-import { createSniffer, DEFAULT_MAX_REQUESTS } from './sniff/classify.ts';
-import type { SniffEvent } from './sniff/types.ts';
+import { DEFAULT_MAX_REQUESTS, sniffLimits, startSniffer } from './sniff/classify.ts';
+import type { SniffEvent, SniffLimits } from './sniff/types.ts';
 
 /** Who an event is about; every trace event carries these. */
 export type TraceEventConnection = {
@@ -231,40 +231,26 @@ class TableObserver implements ConnectionObserver {
 }
 
 /**
- * `protocols`: also a sniffer per connection, fed until it is done; then the relay stops calling (the
- * TCP relay checks one boolean per chunk; UDP sessions keep calling, at the cost of a Map lookup).
+ * `protocols`: also a sniffer per connection, started by its first bytes and fed until it is done; then
+ * the relay stops calling (the TCP relay checks one boolean per chunk; UDP sessions keep calling, at the
+ * cost of one field read).
  */
 class SniffingObserver extends TableObserver {
   override readonly wantsData: boolean = true;
-  readonly #table: ConnectionTable;
-  readonly #now: () => number;
-
-  constructor(tracer: TracerImpl) {
-    super(tracer);
-    this.#table = tracer.table;
-    this.#now = tracer.now;
-  }
 
   override opened(conn: ConnectionInfo): void {
     this.tracer.opened(conn, true);
   }
 
   clientData(conn: ConnectionInfo, chunk: Buffer): boolean {
-    const e = this.#table.get(conn.id);
-    if (e === undefined || !e.sniffing) return false;
-    const s = e.sniffer!;
-    s.onClientData(chunk, this.#now());
-    if (s.done) e.sniffing = false;
-    return e.sniffing;
+    // The table keeps the entry in observerData; a closed connection has none.
+    const e = conn.observerData as TableEntry | undefined;
+    return e?.sniffing === true && this.tracer.sniff(e, true, chunk);
   }
 
   endpointData(conn: ConnectionInfo, chunk: Buffer): boolean {
-    const e = this.#table.get(conn.id);
-    if (e === undefined || !e.sniffing) return false;
-    const s = e.sniffer!;
-    s.onServerData(chunk, this.#now());
-    if (s.done) e.sniffing = false;
-    return e.sniffing;
+    const e = conn.observerData as TableEntry | undefined;
+    return e?.sniffing === true && this.tracer.sniff(e, false, chunk);
   }
 }
 
@@ -272,7 +258,9 @@ class TracerImpl implements Tracer {
   readonly mode: TraceMode;
   readonly table: ConnectionTable;
   readonly now: () => number;
-  readonly #maxRequests: number;
+  /** Shared by every sniffer; their events go to #sniffed, the entry whose bytes are being fed. */
+  readonly #limits: SniffLimits;
+  #sniffed: TableEntry | undefined = undefined;
   readonly #maxPending: number;
   readonly #logClosed: (entry: TableEntry) => void;
   readonly #observers: Record<TraceMode, ConnectionObserver>;
@@ -290,7 +278,11 @@ class TracerImpl implements Tracer {
     this.mode = options.mode;
     this.table = options.table;
     this.now = options.now ?? Date.now;
-    this.#maxRequests = options.maxRequests ?? DEFAULT_MAX_REQUESTS;
+    // Sniffers emit synchronously from the feeding call: #sniffed is the entry being fed.
+    this.#limits = sniffLimits({
+      maxRequests: options.maxRequests ?? DEFAULT_MAX_REQUESTS,
+      onEvent: (ev) => this.#emit(this.#sniffed!, ev),
+    });
     this.#maxPending = Math.max(1, options.maxPending ?? DEFAULT_MAX_PENDING);
     const log = options.accessLog;
     // The record is built only when there is an access log to write it to.
@@ -311,16 +303,22 @@ class TracerImpl implements Tracer {
 
   opened(conn: ConnectionInfo, sniff: boolean): void {
     const entry = this.table.open(conn);
-    if (sniff) {
-      entry.attach(
-        createSniffer({
-          protocol: conn.protocol === 'UDP' ? 'udp' : 'tcp',
-          maxRequests: this.#maxRequests,
-          onEvent: (ev) => this.#emit(entry, ev),
-        }),
-      );
-    }
+    if (sniff) entry.sniff();
     this.#emit(entry, OPENED);
+  }
+
+  /** Feeds a chunk to the entry's sniffer (starting it on the first bytes); returns whether it wants more. */
+  sniff(entry: TableEntry, fromClient: boolean, chunk: Buffer): boolean {
+    this.#sniffed = entry;
+    const s = entry.sniffer;
+    if (s === undefined) {
+      const transport = entry.protocol === 'UDP' ? 'udp' : 'tcp';
+      entry.sniffer = startSniffer(this.#limits, transport, fromClient, chunk, this.now());
+    } else if (fromClient) s.onClientData(chunk, this.now());
+    else s.onServerData(chunk, this.now());
+    this.#sniffed = undefined;
+    if (entry.sniffer?.done) entry.sniffing = false;
+    return entry.sniffing;
   }
 
   closed(conn: ConnectionInfo): void {

@@ -28,6 +28,7 @@ function conn(over: Partial<FakeConn> = {}): FakeConn {
     bytesToClient: 0,
     failedAttempts: [],
     closeReason: undefined,
+    observerData: undefined,
     ...over,
   };
 }
@@ -125,9 +126,11 @@ test('the sniffer info becomes app, live while active and frozen at close', () =
   };
   const c = conn();
   const entry = table.open(c);
-  entry.attach(sniffer);
+  entry.sniff();
   assert.equal(entry.sniffing, true);
+  assert.equal(entry.sniffer, undefined, 'the first bytes start the sniffer');
   assert.deepEqual(table.list().active[0]!.app, { protocol: 'unknown', reason: 'no-data' });
+  entry.sniffer = sniffer;
   info = { protocol: 'h2c' };
   assert.deepEqual(table.list().active[0]!.app, { protocol: 'h2c' });
   table.close(close(c, 'client-fin'));
@@ -135,6 +138,41 @@ test('the sniffer info becomes app, live while active and frozen at close', () =
   assert.deepEqual(table.list().recent[0]!.app, { protocol: 'h2c' });
   assert.equal(entry.sniffer, undefined);
   assert.equal(entry.sniffing, false);
+});
+
+test('a sniffed connection that closes before any byte is no-data; one not sniffed has no app', () => {
+  const table = new ConnectionTable();
+  const sniffed = conn();
+  table.open(sniffed).sniff();
+  const plain = conn();
+  table.open(plain);
+  table.close(close(sniffed, 'client-fin'));
+  table.close(close(plain, 'client-fin'));
+  const [second, first] = table.list().recent;
+  assert.deepEqual(first!.app, { protocol: 'unknown', reason: 'no-data' });
+  assert.equal(second!.app, null);
+});
+
+test('active connections are listed newest first and leave the list from anywhere in it', () => {
+  const table = new ConnectionTable();
+  const all = [conn(), conn(), conn(), conn()];
+  for (const c of all) table.open(c);
+  const ids = () => table.list({ state: 'active' }).active.map((r) => r.id);
+  assert.deepEqual(ids(), all.map((c) => c.id).reverse());
+  table.close(close(all[1]!, 'client-fin')); // the middle
+  table.close(close(all[3]!, 'client-fin')); // the newest
+  table.close(close(all[0]!, 'client-fin')); // the oldest
+  assert.deepEqual(ids(), [all[2]!.id]);
+  assert.equal(table.activeCount, 1);
+  assert.equal(all[0]!.observerData, undefined, 'a closed connection keeps no entry');
+  assert.equal(table.get(all[2]!)?.id, all[2]!.id);
+  const later = conn();
+  table.open(later);
+  assert.deepEqual(ids(), [later.id, all[2]!.id]);
+  table.clear();
+  assert.equal(table.activeCount, 0);
+  assert.deepEqual(ids(), []);
+  assert.equal(later.observerData, undefined);
 });
 
 test('the ring keeps the newest maxRecent closed connections and counts the rest as dropped', () => {

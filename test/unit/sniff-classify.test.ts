@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import tls from 'node:tls';
-import { createSniffer } from '../../src/trace/sniff/classify.ts';
+import { createSniffer, sniffLimits, startSniffer } from '../../src/trace/sniff/classify.ts';
 import { H2_PREFACE } from '../../src/trace/sniff/h2.ts';
-import type { AppInfo, AppProtocol, Sniffer } from '../../src/trace/sniff/types.ts';
+import type { AppInfo, AppProtocol, SniffEvent, Sniffer } from '../../src/trace/sniff/types.ts';
 import {
   bytewise,
   captureClientBytes,
@@ -24,6 +24,25 @@ const s = (x: string | Buffer): Step => ({
 });
 const tcp = (): Sniffer => createSniffer({ protocol: 'tcp' });
 const udp = (): Sniffer => createSniffer({ protocol: 'udp' });
+
+/** A connection's sniffer as the tracer runs it: nothing until the first bytes, which start it. */
+function started(transport: 'tcp' | 'udp', events?: SniffEvent[]): Sniffer {
+  const limits = sniffLimits({ onEvent: events === undefined ? undefined : (e) => events.push(e) });
+  let inner: Sniffer | undefined;
+  const feed = (fromClient: boolean, buf: Buffer, now: number): void => {
+    if (inner === undefined) inner = startSniffer(limits, transport, fromClient, buf, now);
+    else if (fromClient) inner.onClientData(buf, now);
+    else inner.onServerData(buf, now);
+  };
+  return {
+    onClientData: (buf, now) => feed(true, buf, now),
+    onServerData: (buf, now) => feed(false, buf, now),
+    get done() {
+      return inner?.done ?? false;
+    },
+    info: () => inner?.info() ?? { protocol: 'unknown', reason: 'no-data' },
+  };
+}
 
 const dnsQuery = Buffer.from(
   '12340100000100000000000003777777076578616d706c6503636f6d0000010001', // www.example.com A, RD
@@ -147,6 +166,86 @@ for (const k of cases) {
     assert.deepStrictEqual(replay(k.make(), k.steps, k.make === udp ? (b) => [b] : bytewise), info);
   });
 }
+
+test('startSniffer: the same info, events and done as createSniffer, for every case and chunking', () => {
+  const conversations: { name: string; transport: 'tcp' | 'udp'; steps: Step[] }[] = cases.map((k) => ({
+    name: k.name,
+    transport: k.make === udp ? 'udp' : 'tcp',
+    steps: k.steps,
+  }));
+  conversations.push(
+    {
+      name: 'HTTP exchange, then a second request',
+      transport: 'tcp',
+      steps: [
+        c('GET /a?x=1 HTTP/1.1\r\nHost: shop\r\n\r\n'),
+        s('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'),
+        c('POST /b HTTP/1.1\r\nHost: shop\r\nContent-Length: 3\r\n\r\nabc'),
+        s('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n'),
+      ],
+    },
+    {
+      name: 'server speaks while the client is undecided',
+      transport: 'tcp',
+      steps: [c('GE'), s('HTTP/1.1 408 Request Timeout\r\n\r\n'), c('T / HTTP/1.1\r\n\r\n')],
+    },
+    { name: 'UDP reply before any query is ignored', transport: 'udp', steps: [s(dnsQuery), c(dnsQuery)] },
+    {
+      name: 'UDP query and response',
+      transport: 'udp',
+      steps: [c(dnsQuery), s(Buffer.from(dnsQuery).fill(0x81, 2, 3))],
+    },
+    {
+      name: 'an empty chunk first',
+      transport: 'tcp',
+      steps: [c(Buffer.alloc(0)), c('GET / HTTP/1.1\r\n\r\n')],
+    },
+  );
+  const rand = prng(5);
+  for (const conv of conversations) {
+    const splits: ((b: Buffer) => Buffer[])[] =
+      conv.transport === 'udp' ? [(b) => [b]] : [(b) => [b], bytewise, (b) => randomChunks(rand, b)];
+    for (const split of splits) {
+      const wantEvents: SniffEvent[] = [];
+      const want = createSniffer({ protocol: conv.transport, onEvent: (e) => wantEvents.push(e) });
+      const gotEvents: SniffEvent[] = [];
+      const got = started(conv.transport, gotEvents);
+      // Chunk by chunk in lockstep: done must agree at every point, since the relay stops on it.
+      for (const step of conv.steps) {
+        for (const part of split(step.bytes)) {
+          for (const sn of [want, got]) {
+            if (sn.done) continue;
+            if (step.from === 'client') sn.onClientData(Buffer.from(part), 1000);
+            else sn.onServerData(Buffer.from(part), 1000);
+          }
+          assert.equal(got.done, want.done, conv.name);
+        }
+      }
+      assert.deepStrictEqual(got.info(), want.info(), conv.name);
+      assert.deepStrictEqual(gotEvents, wantEvents, conv.name);
+    }
+  }
+});
+
+test('startSniffer: a first chunk that decides gives that protocol its own sniffer, no classifier', () => {
+  const limits = sniffLimits();
+  const http = startSniffer(limits, 'tcp', true, Buffer.from('GET / HTTP/1.1\r\n'), 1);
+  assert.equal(http?.constructor.name, 'Http1Sniffer');
+  const mysql = startSniffer(limits, 'tcp', false, mysqlGreeting, 1);
+  assert.equal(mysql?.constructor.name, 'MysqlSniffer');
+  // Nothing recognisable: one shared sniffer that is done and says so.
+  const a = startSniffer(limits, 'tcp', true, Buffer.from('SSH-2.0-OpenSSH_9.6\r\n'), 1);
+  const b = startSniffer(limits, 'udp', true, Buffer.from('deadbeef', 'hex'), 1);
+  assert.equal(a, b);
+  assert.equal(a?.done, true);
+  assert.deepEqual(a?.info(), { protocol: 'unknown', reason: 'unrecognized' });
+  // Too few bytes to tell: the classifier holds them.
+  const undecided = startSniffer(limits, 'tcp', true, Buffer.from('GE'), 1)!;
+  assert.deepEqual(undecided.info(), { protocol: 'unknown', reason: 'incomplete' });
+  undecided.onClientData(Buffer.from('T /x HTTP/1.1\r\n\r\n'), 2);
+  assert.equal(undecided.info().protocol, 'http1');
+  assert.equal(startSniffer(limits, 'tcp', true, Buffer.alloc(0), 1), undefined);
+});
 
 test('classify: a real ClientHello is TLS whatever the chunking', async () => {
   const hello = await captureClientBytes(

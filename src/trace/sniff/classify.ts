@@ -67,6 +67,32 @@ function looksLikeDnsOverTcp(buf: Buffer, off: number, end: number): 'yes' | 'no
   return looksLikeDnsQuery(buf, off + 2, end);
 }
 
+/** The server spoke first: only MySQL does. */
+function decideServer(buf: Buffer, off: number, end: number): Decision {
+  const v = looksLikeMysqlGreeting(buf, off, end);
+  return v === 'yes' ? 'mysql' : v === 'more' && end - off < DECIDE_BYTES ? 'more' : 'no';
+}
+
+/** The sniffer of a decided protocol. */
+function protocolSniffer(d: Decision, transport: 'tcp' | 'udp', limits: SniffLimits): Sniffer {
+  switch (d) {
+    case 'tls':
+      return new TlsSniffer();
+    case 'h2c':
+      return new H2cSniffer();
+    case 'http1':
+      return new Http1Sniffer(limits);
+    case 'redis':
+      return new RedisSniffer(limits);
+    case 'postgres':
+      return new PostgresSniffer();
+    case 'dns':
+      return new DnsSniffer(transport, limits);
+    default:
+      return new MysqlSniffer();
+  }
+}
+
 /** The client spoke first: try each signature in order; an earlier 'more' waits for more bytes. */
 function decideClient(buf: Buffer, off: number, end: number): Decision {
   const rules = CLIENT_RULES;
@@ -143,7 +169,7 @@ class ClassifyingSniffer implements Sniffer {
         this.#giveUp('unrecognized');
         return;
       }
-      this.#delegate = new DnsSniffer('udp', this.#limits);
+      this.#delegate = protocolSniffer('dns', 'udp', this.#limits);
       this.#delegate.onClientData(buf, nowMs);
       return;
     }
@@ -207,9 +233,7 @@ class ClassifyingSniffer implements Sniffer {
   }
 
   #decide(buf: Buffer, off: number, end: number): Decision {
-    if (this.#first === 'client') return decideClient(buf, off, end);
-    const v = looksLikeMysqlGreeting(buf, off, end);
-    return v === 'yes' ? 'mysql' : v === 'more' && end - off < DECIDE_BYTES ? 'more' : 'no';
+    return this.#first === 'client' ? decideClient(buf, off, end) : decideServer(buf, off, end);
   }
 
   /** Creates the sniffer for `d` and feeds it: held bytes of the first speaker, the other's, then `buf`. */
@@ -232,22 +256,7 @@ class ClassifyingSniffer implements Sniffer {
   }
 
   #create(d: Decision): Sniffer {
-    switch (d) {
-      case 'tls':
-        return new TlsSniffer();
-      case 'h2c':
-        return new H2cSniffer();
-      case 'http1':
-        return new Http1Sniffer(this.#limits);
-      case 'redis':
-        return new RedisSniffer(this.#limits);
-      case 'postgres':
-        return new PostgresSniffer();
-      case 'dns':
-        return new DnsSniffer('tcp', this.#limits);
-      default:
-        return new MysqlSniffer();
-    }
+    return protocolSniffer(d, 'tcp', this.#limits);
   }
 
   #giveUp(reason: UnknownInfo['reason']): void {
@@ -257,16 +266,55 @@ class ClassifyingSniffer implements Sniffer {
   }
 }
 
+/** What a connection that matched no signature is: done from the start, nothing to keep. */
+const UNRECOGNIZED: Sniffer = Object.freeze({
+  done: true,
+  onClientData(): void {},
+  onServerData(): void {},
+  info: (): AppInfo => ({ protocol: 'unknown', reason: 'unrecognized' }),
+});
+
+/** Limits for startSniffer, made once and shared by every connection they apply to. */
+export function sniffLimits(options: Omit<CreateSnifferOptions, 'protocol'> = {}): SniffLimits {
+  return {
+    maxRequests: Math.max(1, Math.floor(options.maxRequests ?? DEFAULT_MAX_REQUESTS)),
+    keepCounting: options.keepCounting ?? false,
+    onEvent: options.onEvent,
+  };
+}
+
+/**
+ * The sniffer of a connection, started by its first bytes (`buf`, from the client or, for a server that
+ * speaks first, from the server) and already fed with them; undefined while `buf` is empty. When `buf`
+ * alone decides the protocol (the usual case) this is that protocol's sniffer, with no classifier in
+ * front of it; a connection that matches nothing gets a shared done sniffer. Behaves as createSniffer()
+ * fed the same bytes.
+ */
+export function startSniffer(
+  limits: SniffLimits,
+  transport: 'tcp' | 'udp',
+  fromClient: boolean,
+  buf: Buffer,
+  nowMs: number,
+): Sniffer | undefined {
+  const n = buf.length;
+  // A UDP session is the client's: a datagram from the endpoint before any from the client is ignored.
+  if (n === 0 || (transport === 'udp' && !fromClient)) return undefined;
+  let d: Decision;
+  if (transport === 'udp') d = looksLikeDnsQuery(buf, 0, n) === 'yes' ? 'dns' : 'no';
+  else d = fromClient ? decideClient(buf, 0, n) : decideServer(buf, 0, n);
+  if (d === 'no') return UNRECOGNIZED;
+  const s = d === 'more' ? new ClassifyingSniffer(false, limits) : protocolSniffer(d, transport, limits);
+  if (fromClient) s.onClientData(buf, nowMs);
+  else s.onServerData(buf, nowMs);
+  return s;
+}
+
 /**
  * A sniffer for one TCP connection or UDP session. It classifies from the first bytes (TLS, h2c,
  * HTTP/1, Redis, Postgres, DNS over TCP; MySQL when the server speaks first; DNS for UDP) and reports
  * `unknown` (and done) otherwise.
  */
 export function createSniffer(options: CreateSnifferOptions): Sniffer {
-  const limits: SniffLimits = {
-    maxRequests: Math.max(1, Math.floor(options.maxRequests ?? DEFAULT_MAX_REQUESTS)),
-    keepCounting: options.keepCounting ?? false,
-    onEvent: options.onEvent,
-  };
-  return new ClassifyingSniffer(options.protocol === 'udp', limits);
+  return new ClassifyingSniffer(options.protocol === 'udp', sniffLimits(options));
 }

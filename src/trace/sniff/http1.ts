@@ -27,10 +27,51 @@ const H_CONTENT_LENGTH = 2;
 const H_TRANSFER_ENCODING = 3;
 const H_UPGRADE = 4;
 
-type MutableExchange = { -readonly [K in keyof HttpExchange]: HttpExchange[K] };
+/** One request and its response as they are parsed; info() copies out the HttpExchange fields. */
+class Exchange {
+  readonly index: number;
+  readonly method: string;
+  readonly path: string;
+  readonly version: string;
+  readonly host: string | undefined;
+  readonly startMs: number;
+  status: number | undefined = undefined;
+  ttfbMs: number | undefined = undefined;
+  durationMs: number | undefined = undefined;
+  // What framing the response needs.
+  readonly head: boolean;
+  readonly connect: boolean;
+  readonly upgrade: string | undefined;
+  /** The next recorded exchange, and the next request waiting for its response (linked lists: no arrays). */
+  nextRecorded: Exchange | undefined = undefined;
+  nextPending: Exchange | undefined = undefined;
 
-/** A request waiting for its response. */
-type Pending = { x: MutableExchange; head: boolean; connect: boolean; upgrade: string | undefined };
+  constructor(index: number, d: Direction) {
+    this.index = index;
+    this.method = d.method;
+    this.path = d.path;
+    this.version = d.version;
+    this.host = d.host;
+    this.startMs = d.startMs;
+    this.head = d.method === 'HEAD';
+    this.connect = d.method === 'CONNECT';
+    this.upgrade = d.upgrade;
+  }
+
+  toJSON(): HttpExchange {
+    return {
+      index: this.index,
+      method: this.method,
+      path: this.path,
+      version: this.version,
+      host: this.host,
+      startMs: this.startMs,
+      status: this.status,
+      ttfbMs: this.ttfbMs,
+      durationMs: this.durationMs,
+    };
+  }
+}
 
 /** Parse state of one direction. */
 class Direction {
@@ -74,8 +115,13 @@ export class Http1Sniffer implements Sniffer {
   readonly #limits: SniffLimits;
   readonly #req = new Direction(true);
   readonly #res = new Direction(false);
-  readonly #exchanges: MutableExchange[] = [];
-  readonly #pending: Pending[] = [];
+  // The first maxRequests exchanges, and the requests waiting for their response (oldest first).
+  #recorded: Exchange | undefined = undefined;
+  #lastRecorded: Exchange | undefined = undefined;
+  #recordedCount = 0;
+  #pending: Exchange | undefined = undefined;
+  #lastPending: Exchange | undefined = undefined;
+  #pendingCount = 0;
   #requests = 0;
   #responses = 0;
   #upgrade: string | undefined = undefined;
@@ -90,7 +136,7 @@ export class Http1Sniffer implements Sniffer {
   get done(): boolean {
     if (this.#stopped) return true;
     if (this.#limits.keepCounting) return false;
-    return this.#requests >= this.#limits.maxRequests && this.#pending.length === 0;
+    return this.#requests >= this.#limits.maxRequests && this.#pendingCount === 0;
   }
 
   onClientData(buf: Buffer, nowMs: number): void {
@@ -104,7 +150,7 @@ export class Http1Sniffer implements Sniffer {
   info(): Http1Info {
     return {
       protocol: 'http1',
-      exchanges: this.#exchanges.map((x) => ({ ...x })),
+      exchanges: this.#exchangeList(),
       requests: this.#requests,
       responses: this.#responses,
       upgrade: this.#upgrade,
@@ -385,8 +431,8 @@ export class Http1Sniffer implements Sniffer {
     d.status = status;
     d.resetHead();
     d.state = S_HEADERS;
-    const p = this.#pending[0];
-    if (p !== undefined && p.x.ttfbMs === undefined) p.x.ttfbMs = d.startMs - p.x.startMs;
+    const p = this.#pending;
+    if (p !== undefined && p.ttfbMs === undefined) p.ttfbMs = d.startMs - p.startMs;
   }
 
   #headEnd(d: Direction, nowMs: number): void {
@@ -394,11 +440,11 @@ export class Http1Sniffer implements Sniffer {
       this.#requestHeadEnd(d);
       return;
     }
-    const p = this.#pending[0];
+    const p = this.#pending;
     const status = d.status;
     if (status >= 100 && status < 200) {
       if (status === 101) {
-        if (p !== undefined) p.x.status = 101;
+        if (p !== undefined) p.status = 101;
         this.#upgrade = p?.upgrade ?? 'unknown';
         this.#respond(p, 101, nowMs);
         this.#stop('upgrade');
@@ -407,7 +453,7 @@ export class Http1Sniffer implements Sniffer {
       d.state = S_START; // interim response: the final one follows for the same request
       return;
     }
-    if (p !== undefined) p.x.status = status;
+    if (p !== undefined) p.status = status;
     this.#respond(p, status, nowMs);
     if (p?.connect && status < 300) {
       this.#upgrade = 'connect';
@@ -426,25 +472,22 @@ export class Http1Sniffer implements Sniffer {
       this.#stop('malformed'); // RFC 9112 §6.3: a request body we cannot frame
       return;
     }
-    if (this.#pending.length >= MAX_PIPELINE) {
+    if (this.#pendingCount >= MAX_PIPELINE) {
       this.#stop('truncated');
       return;
     }
     const index = this.#requests++;
-    const x: MutableExchange = {
-      index,
-      method: d.method,
-      path: d.path,
-      version: d.version,
-      host: d.host,
-      startMs: d.startMs,
-      status: undefined,
-      ttfbMs: undefined,
-      durationMs: undefined,
-    };
-    if (this.#exchanges.length < this.#limits.maxRequests) this.#exchanges.push(x);
-    const connect = d.method === 'CONNECT';
-    this.#pending.push({ x, head: d.method === 'HEAD', connect, upgrade: d.upgrade });
+    const x = new Exchange(index, d);
+    if (this.#recordedCount < this.#limits.maxRequests) {
+      if (this.#lastRecorded === undefined) this.#recorded = x;
+      else this.#lastRecorded.nextRecorded = x;
+      this.#lastRecorded = x;
+      this.#recordedCount++;
+    }
+    if (this.#lastPending === undefined) this.#pending = x;
+    else this.#lastPending.nextPending = x;
+    this.#lastPending = x;
+    this.#pendingCount++;
     const sink = this.#limits.onEvent;
     if (sink) {
       sink({
@@ -457,7 +500,7 @@ export class Http1Sniffer implements Sniffer {
         atMs: x.startMs,
       });
     }
-    if (connect) {
+    if (x.connect) {
       d.state = S_OPAQUE; // the client waits for the tunnel; what follows is not HTTP
       return;
     }
@@ -477,18 +520,18 @@ export class Http1Sniffer implements Sniffer {
     }
   }
 
-  #respond(p: Pending | undefined, status: number, nowMs: number): void {
+  #respond(p: Exchange | undefined, status: number, nowMs: number): void {
     this.#responses++;
     const sink = this.#limits.onEvent;
     if (sink === undefined || p === undefined) return;
     sink({
       type: 'http-response',
-      index: p.x.index,
-      method: p.x.method,
-      path: p.x.path,
-      host: p.x.host,
+      index: p.index,
+      method: p.method,
+      path: p.path,
+      host: p.host,
       status,
-      ttfbMs: p.x.ttfbMs ?? nowMs - p.x.startMs,
+      ttfbMs: p.ttfbMs ?? nowMs - p.startMs,
       atMs: nowMs,
     });
   }
@@ -499,8 +542,19 @@ export class Http1Sniffer implements Sniffer {
   }
 
   #responseComplete(nowMs: number | undefined): void {
-    const p = this.#pending.shift();
-    if (p !== undefined && nowMs !== undefined) p.x.durationMs = nowMs - p.x.startMs;
+    const p = this.#pending;
+    if (p === undefined) return;
+    this.#pending = p.nextPending;
+    p.nextPending = undefined;
+    if (this.#pending === undefined) this.#lastPending = undefined;
+    this.#pendingCount--;
+    if (nowMs !== undefined) p.durationMs = nowMs - p.startMs;
+  }
+
+  #exchangeList(): HttpExchange[] {
+    const list: HttpExchange[] = [];
+    for (let x = this.#recorded; x !== undefined; x = x.nextRecorded) list.push(x.toJSON());
+    return list;
   }
 
   #stop(why: 'truncated' | 'malformed' | 'upgrade' | 'eof'): void {

@@ -213,7 +213,7 @@ export type SniffEventSink = (event: SniffEvent) => void;
 
 /**
  * Watches the bytes of one connection without delaying or changing them. The relay hands each chunk
- * over synchronously before (or after) writing it on; the sniffer never keeps a reference to a chunk past
+ * over synchronously just after writing it on; the sniffer never keeps a reference to a chunk past
  * the call, so the relay may reuse its read buffer. Never throws on any input; memory is bounded.
  */
 export interface Sniffer {
