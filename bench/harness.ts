@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import { MEASURES, type MeasureResult, type Options, warmUp } from './measures.ts';
 import { machineBusy } from './processes.ts';
 import { describeMachine, type Results, renderMarkdown, sourceHash } from './report.ts';
-import { Rig } from './rig.ts';
+import { Rig, type TraceLayout } from './rig.ts';
 import { NGINX_STREAM_MODULE, TOOLS } from './tools.ts';
 
 /** Exit code when root or a tool is missing: the caller may run the loopback benchmark instead. */
@@ -26,7 +26,9 @@ const USAGE = `node bench/harness.ts [--quick] [--only NAME[,NAME]] [--rounds N]
   --seconds    seconds per traffic sample (default 3)
   --services   service ports of the scale measure (default 10000)
   --connections  idle connections held for the memory measure (default 5000)
-  --wait-quiet S wait up to S seconds for the machine to be quiet (< 10 % busy) before starting`;
+  --wait-quiet S wait up to S seconds for the machine to be quiet (< 10 % busy) before starting
+  --trace-layout normal (default): the traced proxy on the node, --trace=none on node2; swap: the
+               other way round; control: both --trace=none (an A/A control of the tracing column)`;
 
 /** What keeps the benchmark from running here, or undefined. */
 function unavailable(): string | undefined {
@@ -47,6 +49,7 @@ async function main(): Promise<number> {
       services: { type: 'string' },
       connections: { type: 'string' },
       'wait-quiet': { type: 'string', default: '0' },
+      'trace-layout': { type: 'string', default: 'normal' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -66,6 +69,11 @@ async function main(): Promise<number> {
     return EXIT_UNAVAILABLE;
   }
   const quick = values.quick;
+  const layout = values['trace-layout'] as TraceLayout;
+  if (!['normal', 'swap', 'control'].includes(layout)) {
+    process.stderr.write(`unknown --trace-layout ${layout}\n${USAGE}\n`);
+    return 2;
+  }
   const log = (line: string) => process.stderr.write(`${line}\n`);
   // The proxy runs as users run it, from dist/: build it from this checkout first.
   const root = fileURLToPath(new URL('..', import.meta.url));
@@ -126,7 +134,7 @@ async function main(): Promise<number> {
     // Memory first, on fresh processes; then the traffic measures; scale last (it replaces the proxy).
     const memory = selected.filter((x) => x.kind === 'memory');
     const traffic = selected.filter((x) => x.kind === 'traffic');
-    if (memory.length + traffic.length > 0) await rig.startTrafficProxies();
+    if (memory.length + traffic.length > 0) await rig.startTrafficProxies(layout);
     for (const m of memory) await attempt(m);
     if (traffic.length > 0) {
       if (memory.length > 0) await rig.restartMiddles();
@@ -150,7 +158,7 @@ async function main(): Promise<number> {
   const res: Results = {
     date,
     machine,
-    options: { rounds: options.rounds, seconds: options.seconds, quick, only },
+    options: { rounds: options.rounds, seconds: options.seconds, quick, only, layout },
     measures: results,
     proxies,
     busyBefore: before,
@@ -159,7 +167,7 @@ async function main(): Promise<number> {
   };
   const dir = fileURLToPath(new URL('results/', import.meta.url));
   await mkdir(dir, { recursive: true });
-  const base = `${date.slice(0, 10)}-${hostname()}${quick ? '-quick' : ''}${only.length > 0 ? `-${only.join('+')}` : ''}`;
+  const base = `${date.slice(0, 10)}-${hostname()}${quick ? '-quick' : ''}${layout === 'normal' ? '' : `-${layout}`}${only.length > 0 ? `-${only.join('+')}` : ''}`;
   const markdown = renderMarkdown(res);
   await writeFile(join(dir, `${base}.json`), `${JSON.stringify(res, null, 2)}\n`);
   await writeFile(join(dir, 'latest.md'), markdown);

@@ -8,7 +8,7 @@ import { cpus, hostname, release, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { VERSION } from '../src/version.ts';
 import { type MeasureResult, medians, type Sample } from './measures.ts';
-import type { TargetName } from './rig.ts';
+import type { TargetName, TraceLayout } from './rig.ts';
 import { median, versionOf } from './tools.ts';
 
 export type Machine = {
@@ -25,7 +25,14 @@ export type Machine = {
 export type Results = {
   date: string;
   machine: Machine;
-  options: { rounds: number; seconds: number; quick: boolean; only: string[] };
+  options: {
+    rounds: number;
+    seconds: number;
+    quick: boolean;
+    only: string[];
+    /** Where the traced and untraced proxies ran (absent: normal). */
+    layout?: TraceLayout;
+  };
   measures: MeasureResult[];
   proxies: { name: string; crashed: boolean; warnings: number; sample: string[] }[];
   /** CPU use of the whole machine (% of all cores) in the 2 s before the run, and its top processes. */
@@ -188,6 +195,17 @@ export function renderMarkdown(res: Results): string {
   const byName = new Map(res.measures.map((x) => [x.name, x]));
   const med = new Map(res.measures.map((x) => [x.name, medians(x)]));
   const value = (measure: string, target: TargetName, key: string) => med.get(measure)?.get(target)?.[key];
+  const layout = res.options.layout ?? 'normal';
+  const control = layout === 'control';
+  // An A/A control run: `proxy` ran with --trace=none too.
+  const cols = control
+    ? COLUMNS.map((c) => (c.target === 'proxy' ? { ...c, label: 'proxy (--trace=none, control)' } : c))
+    : COLUMNS;
+  const ratioCols = control
+    ? RATIO_COLUMNS.map((c) =>
+        c.to === 'proxy-notrace' ? { ...c, label: 'A/A control: node / node2, both --trace=none' } : c,
+      )
+    : RATIO_COLUMNS;
   const out: string[] = [];
   out.push(`# kube-userspace-proxy benchmark, ${res.date}`, '');
   out.push(
@@ -205,8 +223,11 @@ export function renderMarkdown(res: Results): string {
     'Everything runs on this one machine, in network namespaces made for the run: the load generator, the',
     'proxies and the backends share the same cores, so absolute numbers are low and the **ratios** are what',
     'carry over. Targets, all seen from a client pod: **direct** (backend pod IP), **proxy** (ClusterIP →',
-    'iptables REDIRECT → this proxy, default `--trace=protocols`), **proxy --trace=none** (the same CLI on a',
-    'second node namespace), **HAProxy** (`mode tcp`, round robin, `nbthread` = cores) and **nginx stream**',
+    `iptables REDIRECT → this proxy, ${control ? '`--trace=none` for this A/A control run' : 'default `--trace=protocols`'}), **proxy --trace=none** (the same CLI on ${
+      layout === 'swap'
+        ? 'the node, the traced one on node2 in this run: `--trace-layout swap`'
+        : 'a second node namespace'
+    }), **HAProxy** (\`mode tcp\`, round robin, \`nbthread\` = cores) and **nginx stream**`,
     '(round robin, `worker_processes` = cores, UDP `proxy_responses 1`), both on the node IP.',
     '',
   );
@@ -214,11 +235,11 @@ export function renderMarkdown(res: Results): string {
   const hasTraffic = TRAFFIC_ROWS.some((r) => byName.has(r.measure));
   if (hasTraffic) {
     out.push('## Medians per target', '');
-    out.push(`| measure | ${COLUMNS.map((c) => c.label).join(' | ')} |`);
-    out.push(`|---|${COLUMNS.map(() => '---:').join('|')}|`);
+    out.push(`| measure | ${cols.map((c) => c.label).join(' | ')} |`);
+    out.push(`|---|${cols.map(() => '---:').join('|')}|`);
     for (const row of TRAFFIC_ROWS) {
       if (!byName.has(row.measure)) continue;
-      const cells = COLUMNS.map((c) => {
+      const cells = cols.map((c) => {
         const v = value(row.measure, c.target, row.key);
         return fmt(row.key === 'bytesPerConnection' && v !== undefined ? v / 1024 : v, row.digits ?? 2);
       });
@@ -229,17 +250,19 @@ export function renderMarkdown(res: Results): string {
     if (cpuRows.length > 0) {
       out.push('CPU of the process in the middle during the sample (% of one core; nginx: all workers):', '');
       out.push(
-        `| measure | ${COLUMNS.slice(1)
+        `| measure | ${cols
+          .slice(1)
           .map((c) => c.label)
           .join(' | ')} |`,
       );
       out.push(
-        `|---|${COLUMNS.slice(1)
+        `|---|${cols
+          .slice(1)
           .map(() => '---:')
           .join('|')}|`,
       );
       for (const row of cpuRows) {
-        const cells = COLUMNS.slice(1).map((c) => fmt(value(row.measure, c.target, 'cpu'), 0));
+        const cells = cols.slice(1).map((c) => fmt(value(row.measure, c.target, 'cpu'), 0));
         out.push(`| ${row.label} | ${cells.join(' | ')} |`);
       }
       out.push('');
@@ -247,12 +270,12 @@ export function renderMarkdown(res: Results): string {
 
     out.push('## Ratios', '');
     out.push('Ratio of the medians; in brackets the lowest and highest ratio of single rounds.', '');
-    out.push(`| measure | ${RATIO_COLUMNS.map((c) => c.label).join(' | ')} |`);
-    out.push(`|---|${RATIO_COLUMNS.map(() => '---:').join('|')}|`);
+    out.push(`| measure | ${ratioCols.map((c) => c.label).join(' | ')} |`);
+    out.push(`|---|${ratioCols.map(() => '---:').join('|')}|`);
     for (const row of RATIO_ROWS) {
       const res0 = byName.get(row.measure);
       if (!res0) continue;
-      const cells = RATIO_COLUMNS.map((c) => {
+      const cells = ratioCols.map((c) => {
         const a = value(row.measure, c.of, row.key);
         const b = value(row.measure, c.to, row.key);
         if (a === undefined || b === undefined || Number.isNaN(a) || Number.isNaN(b) || b === 0) return '–';

@@ -19,6 +19,13 @@ export const PROXY_BIN = fileURLToPath(new URL('./cli.js', import.meta.url));
 const API_AGENT = fileURLToPath(new URL('apiserver-agent.ts', import.meta.url));
 
 export type TargetName = 'direct' | 'proxy' | 'proxy-notrace' | 'haproxy' | 'nginx';
+
+/**
+ * Where the two proxies run. `normal`: `proxy` (--trace=protocols) on the node, `proxy-notrace`
+ * (--trace=none) on node2. `swap`: the other way round, so that a normal and a swapped run together
+ * cancel whatever the two nodes differ in. `control`: as normal but both --trace=none (an A/A control).
+ */
+export type TraceLayout = 'normal' | 'swap' | 'control';
 export type HostPort = { host: string; port: number };
 
 /** One way from the client pod to the backends; `pids` are the processes in between (none for direct). */
@@ -55,6 +62,7 @@ export class Rig {
   readonly #cores: number;
   readonly #manifests = new Map<string, number>();
   #apiServer: ApiServerAgent | undefined;
+  #layout: TraceLayout = 'normal';
 
   private constructor(
     sandbox: Sandbox,
@@ -118,6 +126,12 @@ export class Rig {
     const backend = NET.backends[0];
     const d = (name: string) => this.daemons.get(name);
     const pidsOf = (name: string) => () => d(name)?.pids() ?? [];
+    // The node's proxy serves 10.96/16, node2's 10.97/16 (the client's route).
+    const swapped = this.#layout === 'swap';
+    const ips = {
+      proxy: swapped ? NET.clusterIPs2 : NET.clusterIPs,
+      notrace: swapped ? NET.clusterIPs : NET.clusterIPs2,
+    };
     return [
       {
         name: 'direct',
@@ -128,16 +142,16 @@ export class Rig {
       },
       {
         name: 'proxy',
-        http: { host: NET.clusterIPs.http, port: 80 },
-        iperf: { host: NET.clusterIPs.iperf, port: NET.iperfPort },
-        dns: { host: NET.clusterIPs.dns, port: 53 },
+        http: { host: ips.proxy.http, port: 80 },
+        iperf: { host: ips.proxy.iperf, port: NET.iperfPort },
+        dns: { host: ips.proxy.dns, port: 53 },
         pids: pidsOf('proxy'),
       },
       {
         name: 'proxy-notrace',
-        http: { host: NET.clusterIPs2.http, port: 80 },
-        iperf: { host: NET.clusterIPs2.iperf, port: NET.iperfPort },
-        dns: { host: NET.clusterIPs2.dns, port: 53 },
+        http: { host: ips.notrace.http, port: 80 },
+        iperf: { host: ips.notrace.iperf, port: NET.iperfPort },
+        dns: { host: ips.notrace.dns, port: 53 },
         pids: pidsOf('proxy-notrace'),
       },
       {
@@ -252,15 +266,25 @@ export class Rig {
   }
 
   /**
-   * `proxy` (the default --trace=protocols) on the node and `proxy-notrace` (--trace=none) on node2,
-   * both with real iptables; resolves once a client request through each ClusterIP is answered.
+   * `proxy` (the default --trace=protocols) and `proxy-notrace` (--trace=none), on the node and node2
+   * as `layout` says (kept for later restarts), both with real iptables; resolves once a client request
+   * through each ClusterIP is answered.
    */
-  async startTrafficProxies(): Promise<void> {
+  async startTrafficProxies(layout: TraceLayout = this.#layout): Promise<void> {
+    this.#layout = layout;
     const common = ['--proxy-port-range', NET.proxyPortRange];
     const m1 = await this.writeManifest('traffic.yaml', this.trafficManifest(NET.clusterIPs));
     const m2 = await this.writeManifest('traffic2.yaml', this.trafficManifest(NET.clusterIPs2));
-    await this.startProxy('proxy', this.node, m1, common, 3);
-    await this.startProxy('proxy-notrace', this.node2, m2, [...common, '--trace=none'], 0);
+    const traced = [...common, layout === 'control' ? '--trace=none' : '--trace=protocols'];
+    const untraced = [...common, '--trace=none'];
+    // /debug/services is polled on the node only: expect its ports there.
+    if (layout === 'swap') {
+      await this.startProxy('proxy-notrace', this.node, m1, untraced, 3);
+      await this.startProxy('proxy', this.node2, m2, traced, 0);
+    } else {
+      await this.startProxy('proxy', this.node, m1, traced, 3);
+      await this.startProxy('proxy-notrace', this.node2, m2, untraced, 0);
+    }
     for (const ip of [NET.clusterIPs.http, NET.clusterIPs2.http]) {
       const r = await this.clientProbe.request<{ ok: boolean; error?: string }>('pollHttp', {
         host: ip,
@@ -279,7 +303,8 @@ export class Rig {
   async collectGarbage(key: string): Promise<{ heapUsed?: number }> {
     const d = this.daemons.get(key);
     if (!d?.running || !/^(proxy|scale)/.test(key)) return {};
-    const probe = key === 'proxy-notrace' ? this.node2Probe : this.nodeProbe;
+    const onNode2 = (key === 'proxy-notrace') !== (this.#layout === 'swap');
+    const probe = onNode2 ? this.node2Probe : this.nodeProbe;
     d.child.kill('SIGUSR1');
     const r = await probe.request<{ ok: boolean; heapUsed?: number; error?: string }>(
       'gc',
