@@ -70,12 +70,14 @@ async function runProxy(mode: string, backends: Backends): Promise<void> {
         isLocal: true,
         nodeName: undefined,
         zoneHints: undefined,
+        nodeHints: undefined,
       },
     ]);
     const context: ServicePortContext = {
       name: `bench/${name}:tcp` as ServicePortName,
       protocol: 'TCP',
       balancer,
+      balancers: { IPv4: balancer, IPv6: balancer },
       stats: newServicePortStats(),
       // `data-only`: an observer that takes every chunk and does nothing (the relay's own cost of wantsData).
       observer: mode === 'data-only' ? dataOnly : tracer.observerFor({ trace: undefined }),

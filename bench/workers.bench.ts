@@ -37,6 +37,7 @@ async function relay(): Promise<void> {
       isLocal: false,
       nodeName: undefined,
       zoneHints: undefined,
+      nodeHints: undefined,
     },
   ]);
   const listener = new TcpListener(
@@ -44,6 +45,7 @@ async function relay(): Promise<void> {
       name: 'bench/web:http' as ServicePortName,
       protocol: 'TCP',
       balancer,
+      balancers: { IPv4: balancer, IPv6: balancer },
       stats: newServicePortStats(),
       observer: noopObserver,
     },

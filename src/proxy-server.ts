@@ -5,10 +5,22 @@ import type { Config } from './config/config.ts';
 import { ProxyError } from './errors.ts';
 import { DEFAULT_OUTLIER_OPTIONS } from './loadbalancer/outlier.ts';
 import type { Logger } from './log.ts';
+import { applyConntrackSettings, realSysctl, type Sysctl } from './netfilter/conntrack-settings.ts';
 import { createIptables, type Iptables, run } from './netfilter/iptables.ts';
+import {
+  type LocalTrafficDetector,
+  localDetectOptions,
+  localTrafficDetector,
+} from './netfilter/local-detect.ts';
 import type { FamilyConfig } from './netfilter/netfilter.ts';
 import { Netfilter } from './netfilter/netfilter.ts';
-import { chooseHostIP, type HostInfo, nodePortClaimHosts, readHostInfo } from './netfilter/node-ip.ts';
+import {
+  chooseNodeIP,
+  type HostInfo,
+  nodePortClaimHosts,
+  readHostInfo,
+  resolveNodePortAddresses,
+} from './netfilter/node-ip.ts';
 import { IptablesPortals } from './netfilter/portal-programmer.ts';
 import { createShellRun, type ShellRun } from './netfilter/shell-run.ts';
 import { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
@@ -36,6 +48,8 @@ import { ServiceHealthServer, type ServiceName } from './server/service-health.t
 import { traceRoutes } from './server/trace-routes.ts';
 import { KubernetesSource, loadKubeConfig } from './source/kubernetes.ts';
 import { ManifestSource } from './source/manifest.ts';
+import { isNodeEligible, nodeInternalIP, nodePodCIDRs } from './source/node-info.ts';
+import type { Node } from './source/objects.ts';
 import { ProxyState } from './state/proxy-state.ts';
 import type { IPFamily } from './state/service-port.ts';
 import type { Snapshot } from './state/snapshot.ts';
@@ -49,21 +63,45 @@ export type ProxyServerDeps = {
   iptables?: Iptables;
   /** The host's routes and interfaces (tests inject them). */
   hostInfo?: () => HostInfo;
+  /** Conntrack sysctls (--conntrack-*). Default: the real /proc/sys with the real iptables, none otherwise. */
+  sysctl?: Sysctl;
 };
 
-/** The families to program and their node IPs: the bind IP's family, or every family the host has. */
-export function familyConfigs(config: Config, info: HostInfo, log: Logger): FamilyConfig[] {
+/** How long the first sync waits for this Node (its InternalIPs are the node IPs); then it goes on without. */
+const NODE_WAIT_MS = 5_000;
+
+/**
+ * The families to program and their node IPs: the bind IP's family, or every family the host has. The
+ * node IP of a family is the bind IP, else `node`'s InternalIP (when the host has it), else the
+ * default-route guess; `--nodeport-addresses primary` resolves to those IPs.
+ */
+export function familyConfigs(config: Config, info: HostInfo, log: Logger, node?: Node): FamilyConfig[] {
   const all = config.bindAddress === '0.0.0.0' || config.bindAddress === '::';
   const families: IPFamily[] = all ? ['IPv4', 'IPv6'] : [config.bindAddress.includes(':') ? 'IPv6' : 'IPv4'];
+  const hostIPs: Partial<Record<IPFamily, string>> = {};
+  for (const family of families) {
+    if (!all) {
+      hostIPs[family] = config.bindAddress;
+      continue;
+    }
+    const { ip, ignoredNodeIP } = chooseNodeIP(info, family, nodeInternalIP(node, family));
+    if (ignoredNodeIP !== undefined)
+      log.warn(
+        { family, nodeIP: ignoredNodeIP, hostIP: ip },
+        "The Node's InternalIP is not on this host; not using it",
+      );
+    if (ip !== undefined) hostIPs[family] = ip;
+  }
+  const nodePortAddresses = resolveNodePortAddresses(config.nodePortAddresses, hostIPs);
   const out: FamilyConfig[] = [];
   for (const family of families) {
-    const hostIP = all ? chooseHostIP(info, family) : config.bindAddress;
+    const hostIP = hostIPs[family];
     if (hostIP === undefined) {
       log.warn({ family }, 'No node IP of this family; its services get no rules');
       continue;
     }
     const bindAddress = all ? (family === 'IPv4' ? '0.0.0.0' : '::') : config.bindAddress;
-    out.push({ family, bindAddress, hostIP, nodePortAddresses: config.nodePortAddresses });
+    out.push({ family, bindAddress, hostIP, nodePortAddresses });
   }
   return out;
 }
@@ -102,6 +140,12 @@ export class ProxyServer {
   /** The state's change totals already added to the metrics. */
   #countedServiceChanges = 0;
   #countedEndpointChanges = 0;
+  /** The families Netfilter programs (its own array: a Node change replaces entries in place). */
+  #families: FamilyConfig[] | undefined;
+  #hostInfo: () => HostInfo = readHostInfo;
+  readonly #sysctl: Sysctl | undefined;
+  /** This Node (API source only): node IPs, podCIDRs for NodeCIDR, eligibility for /healthz. */
+  #node: Node | undefined;
 
   constructor(config: Config, deps: ProxyServerDeps) {
     this.config = config;
@@ -116,7 +160,13 @@ export class ProxyServer {
       warn: (msg, fields) => this.log.child({ component: 'state' }).warn(fields, msg),
       onChange: () => this.#onStateChange(),
     });
-    this.serviceHealth = new ServiceHealthServer({ log: this.log.child({ component: 'service-health' }) });
+    this.serviceHealth = new ServiceHealthServer({
+      log: this.log.child({ component: 'service-health' }),
+      proxyHealthy: () => this.health.isLive(Date.now()),
+    });
+    this.#sysctl = config.iptables
+      ? (deps.sysctl ?? (deps.iptables === undefined ? realSysctl : undefined))
+      : undefined;
     this.connections = new ConnectionTable({ maxRecent: config.traceRecentConnections });
     this.tracer = createTracer({
       mode: config.trace,
@@ -132,10 +182,13 @@ export class ProxyServer {
       if (deps.iptables === undefined) this.#shellRun = createShellRun({ fallback: run });
       const iptables = deps.iptables ?? createIptables(this.#shellRun ?? run);
       const hostInfo = deps.hostInfo ?? readHostInfo;
+      this.#hostInfo = hostInfo;
       const log = this.log.child({ component: 'iptables' });
       const families = familyConfigs(config, hostInfo(), log);
+      this.#families = families;
       this.portals = new IptablesPortals({
-        netfilter: new Netfilter({ iptables, log, families }),
+        // Read at every sync: under NodeCIDR the Node's podCIDRs may arrive after start-up.
+        netfilter: new Netfilter({ iptables, log, families, localDetector: (f) => this.localDetectorFor(f) }),
         iptables,
         families: families.map((f) => f.family),
         log,
@@ -221,6 +274,8 @@ export class ProxyServer {
       return;
     }
     this.#recordApplied(snapshot);
+    // A list that became empty or stopped being empty changes the rules (REJECT / DROP): a sync.
+    if (this.proxier.portalsPending) this.#queueSync();
     // Health check node ports report local endpoints: only theirs need a look.
     let healthChecked = false;
     for (const key of snapshot.changedEndpoints)
@@ -279,7 +334,6 @@ export class ProxyServer {
       const count = snapshot.endpoints.get(sp.key)?.localReadyCount ?? 0;
       local.set(key, Math.max(local.get(key) ?? 0, count));
     }
-    this.serviceHealth.setProxyHealthy(this.health.isLive(Date.now()));
     this.serviceHealth.syncEndpoints(local);
     await this.serviceHealth.syncServices(ports);
   }
@@ -302,6 +356,16 @@ export class ProxyServer {
       );
     // The shell is started while this process is small (its own start is a fork of this process).
     this.#shellRun?.start();
+    if (this.#sysctl !== undefined)
+      await applyConntrackSettings(
+        {
+          maxPerCore: this.config.conntrackMaxPerCore,
+          min: this.config.conntrackMin,
+          tcpEstablishedTimeoutMs: this.config.conntrackTcpEstablishedTimeoutMs,
+          tcpCloseWaitTimeoutMs: this.config.conntrackTcpCloseWaitTimeoutMs,
+        },
+        { sysctl: this.#sysctl, log: this.log.child({ component: 'conntrack' }) },
+      );
     await this.#startServers();
     if (this.config.bindAddress === '0.0.0.0' && !(await canListenDualStack())) {
       this.log.warn('IPv6 is not available; listening on IPv4 only');
@@ -343,10 +407,74 @@ export class ProxyServer {
         nodeName: this.nodeName,
         log: this.log.child({ component: 'kubernetes' }),
         configSyncPeriodMs: this.config.configSyncPeriodMs,
+        onNode: (node) => this.#onNode(node),
       });
       await this.kubernetes.start();
+      if (this.#families !== undefined) {
+        // The first sync waits (bounded) for this Node: its InternalIPs are the node IPs of the rules.
+        const source = this.kubernetes;
+        let timer: NodeJS.Timeout | undefined;
+        const waited = new Promise<void>((r) => {
+          timer = setTimeout(r, NODE_WAIT_MS);
+        });
+        void Promise.race([source.nodeListed, waited]).then(() => {
+          clearTimeout(timer);
+          if (this.#closing === undefined) this.runner.start();
+        });
+        return;
+      }
     }
     this.runner.start();
+  }
+
+  /**
+   * This Node changed: its eligibility goes to /healthz at once; changed node IPs (InternalIPs, and
+   * `--nodeport-addresses primary`) or podCIDRs (NodeCIDR) are logged and used from the next sync, which
+   * is full. (kube-proxy exits and is restarted instead.)
+   */
+  #onNode(node: Node | undefined): void {
+    const before = this.#node;
+    this.#node = node;
+    this.health.setNodeEligible(node !== undefined && isNodeEligible(node));
+    const families = this.#families;
+    let changed =
+      nodePodCIDRs(before).join() !== nodePodCIDRs(node).join() && this.config.detectLocalMode === 'NodeCIDR';
+    const ipsOf = (n: Node | undefined) => `${nodeInternalIP(n, 'IPv4')} ${nodeInternalIP(n, 'IPv6')}`;
+    if (families !== undefined && ipsOf(before) !== ipsOf(node)) {
+      const log = this.log.child({ component: 'iptables' });
+      const next = familyConfigs(this.config, this.#hostInfo(), log, node);
+      for (const [i, f] of families.entries()) {
+        const n = next.find((x) => x.family === f.family);
+        if (
+          n === undefined ||
+          (n.hostIP === f.hostIP && n.nodePortAddresses.join() === f.nodePortAddresses.join())
+        )
+          continue;
+        this.log.info(
+          { family: f.family, nodeIP: n.hostIP, nodePortAddresses: n.nodePortAddresses },
+          'Node IP changed',
+        );
+        families[i] = { ...f, hostIP: n.hostIP, nodePortAddresses: n.nodePortAddresses };
+        changed = true;
+      }
+    }
+    if (changed && this.proxier.lastSyncMs !== 0) {
+      this.proxier.requestFullSync();
+      this.#queueSync();
+    }
+  }
+
+  /**
+   * The local traffic detector of `family` (--detect-local-mode), for the rules; undefined when the
+   * mode has nothing for that family. NodeCIDR reads the Node's spec.podCIDRs as known now.
+   */
+  localDetectorFor(family: IPFamily): LocalTrafficDetector | undefined {
+    return localTrafficDetector(localDetectOptions(this.config, nodePodCIDRs(this.#node)), family);
+  }
+
+  /** The families programmed now, with their node IPs and resolved nodePortAddresses ([] with --no-iptables). */
+  get families(): readonly FamilyConfig[] {
+    return this.#families ?? [];
   }
 
   async #startServers(): Promise<void> {
@@ -373,6 +501,7 @@ export class ProxyServer {
           lastUpdated: s.lastUpdated,
           currentTime: s.currentTime,
           healthy: s.healthy,
+          nodeEligible: s.nodeEligible,
           reason: s.reason,
         });
       },

@@ -1,6 +1,18 @@
 // The proxy's effective configuration and its defaults (kube-proxy's where they exist). Pure data.
 import type { TraceMode } from '../state/service-port.ts';
 
+/** kube-proxy's LocalMode values (--detect-local-mode). */
+export const DETECT_LOCAL_MODES = [
+  'ClusterCIDR',
+  'NodeCIDR',
+  'BridgeInterface',
+  'InterfaceNamePrefix',
+] as const;
+export type DetectLocalMode = (typeof DETECT_LOCAL_MODES)[number];
+
+/** The one `nodePortAddresses` keyword kube-proxy has: this node's primary IPs (one per family). */
+export const NODE_PORT_ADDRESSES_PRIMARY = 'primary';
+
 export type Config = {
   /** --manifest: the embedded default source. */
   manifest: string | undefined;
@@ -32,16 +44,25 @@ export type Config = {
   healthzBindAddress: string;
   metricsBindAddress: string;
   bindAddressHardFail: boolean;
+  /** --nodeport-addresses: CIDRs, or `['primary']` (this node's IPs, see resolveNodePortAddresses). */
   nodePortAddresses: string[];
+  /** --cluster-cidr (clusterCIDR): the pods' CIDRs, at most one per family; for detectLocalMode ClusterCIDR. */
+  clusterCIDRs: string[];
+  /** --detect-local-mode: how rules tell traffic from this node's pods (see netfilter/local-detect.ts). */
+  detectLocalMode: DetectLocalMode;
+  /** --pod-bridge-interface (detectLocal.bridgeInterface): for detectLocalMode BridgeInterface. */
+  podBridgeInterface: string;
+  /** --pod-interface-name-prefix (detectLocal.interfaceNamePrefix): for detectLocalMode InterfaceNamePrefix. */
+  podInterfaceNamePrefix: string;
   cleanup: boolean;
   oomScoreAdj: number;
-  /** --conntrack-max-per-core: accepted and checked, not applied (0 = leave nf_conntrack_max as it is). */
+  /** --conntrack-max-per-core: nf_conntrack_max = max(this × CPUs, conntrackMin); 0 = leave it as it is. */
   conntrackMaxPerCore: number;
-  /** --conntrack-min: accepted and checked, not applied. */
+  /** --conntrack-min: the floor of nf_conntrack_max. */
   conntrackMin: number;
-  /** --conntrack-tcp-timeout-established: accepted and checked, not applied (0 = leave as it is). */
+  /** --conntrack-tcp-timeout-established: nf_conntrack_tcp_timeout_established; 0 = leave it as it is. */
   conntrackTcpEstablishedTimeoutMs: number;
-  /** --conntrack-tcp-timeout-close-wait: accepted and checked, not applied (0 = leave as it is). */
+  /** --conntrack-tcp-timeout-close-wait: nf_conntrack_tcp_timeout_close_wait; 0 = leave it as it is. */
   conntrackTcpCloseWaitTimeoutMs: number;
   /** --kube-api-qps / --kube-api-burst: the API client's request rate (clientConnection.qps/burst). */
   kubeApiQps: number;
@@ -92,14 +113,16 @@ export const DEFAULT_CONFIG: Config = {
   metricsBindAddress: '127.0.0.1:10249',
   bindAddressHardFail: false,
   nodePortAddresses: [],
+  clusterCIDRs: [],
+  detectLocalMode: 'ClusterCIDR',
+  podBridgeInterface: '',
+  podInterfaceNamePrefix: '',
   cleanup: false,
   oomScoreAdj: -999,
-  // kube-proxy's defaults are 32768/131072/24h/1h; this proxy changes no conntrack sysctl, so its
-  // defaults say so with kube-proxy's own "leave as it is" value.
-  conntrackMaxPerCore: 0,
-  conntrackMin: 0,
-  conntrackTcpEstablishedTimeoutMs: 0,
-  conntrackTcpCloseWaitTimeoutMs: 0,
+  conntrackMaxPerCore: 32768,
+  conntrackMin: 131072,
+  conntrackTcpEstablishedTimeoutMs: 24 * 3_600_000,
+  conntrackTcpCloseWaitTimeoutMs: 3_600_000,
   kubeApiQps: 5,
   kubeApiBurst: 10,
   kubeApiContentType: 'application/vnd.kubernetes.protobuf',

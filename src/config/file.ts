@@ -9,7 +9,9 @@ import type { ValueSource } from './validate.ts';
 import {
   checkBindAddress,
   checkCIDRs,
+  checkClusterCIDRs,
   checkContentType,
+  checkDetectLocalMode,
   checkDuration,
   checkHostPort,
   checkInt,
@@ -27,7 +29,7 @@ export const CONFIG_KIND = 'KubeProxyConfiguration';
 export type ConfigFile = {
   /** The fields the file sets, checked. A zero value (`""`, `0s`, `0`, null) is left out: it means the default. */
   readonly config: Partial<Config>;
-  /** Paths of fields present with a non-zero value that do not apply here (`ipvs`, `clusterCIDR`), to log once. */
+  /** Paths of fields present with a non-zero value that do not apply here (`ipvs`, `featureGates`), to log once. */
   readonly ignored: string[];
 };
 
@@ -89,7 +91,7 @@ const FIELDS: Readonly<Record<string, Field>> = {
       acceptContentTypes: ignore(),
     },
   },
-  clusterCIDR: ignore(),
+  clusterCIDR: set((v, at) => (str(v, at) === '' ? {} : { clusterCIDRs: checkClusterCIDRs(str(v, at), at) })),
   configSyncPeriod: duration('configSyncPeriodMs'),
   conntrack: {
     fields: {
@@ -106,8 +108,19 @@ const FIELDS: Readonly<Record<string, Field>> = {
       udpStreamTimeout: ignore(),
     },
   },
-  detectLocal: ignore(['bridgeInterface', 'interfaceNamePrefix']),
-  detectLocalMode: ignore(),
+  detectLocal: {
+    fields: {
+      bridgeInterface: set((v, at) =>
+        str(v, at).trim() === '' ? {} : { podBridgeInterface: str(v, at).trim() },
+      ),
+      interfaceNamePrefix: set((v, at) =>
+        str(v, at).trim() === '' ? {} : { podInterfaceNamePrefix: str(v, at).trim() },
+      ),
+    },
+  },
+  detectLocalMode: set((v, at) =>
+    str(v, at) === '' ? {} : { detectLocalMode: checkDetectLocalMode(str(v, at), at) },
+  ),
   enableProfiling: set((v, at) => ({ profiling: bool(v, at) })),
   featureGates: ignore(),
   healthzBindAddress: set((v, at) =>
@@ -290,6 +303,7 @@ export function renderConfigFile(config: Config): string {
       qps: c.kubeApiQps,
       burst: c.kubeApiBurst,
     },
+    clusterCIDR: c.clusterCIDRs.join(','),
     configSyncPeriod: formatDuration(c.configSyncPeriodMs),
     conntrack: {
       maxPerCore: c.conntrackMaxPerCore,
@@ -297,6 +311,8 @@ export function renderConfigFile(config: Config): string {
       tcpEstablishedTimeout: formatDuration(c.conntrackTcpEstablishedTimeoutMs),
       tcpCloseWaitTimeout: formatDuration(c.conntrackTcpCloseWaitTimeoutMs),
     },
+    detectLocal: { bridgeInterface: c.podBridgeInterface, interfaceNamePrefix: c.podInterfaceNamePrefix },
+    detectLocalMode: c.detectLocalMode,
     enableProfiling: c.profiling,
     healthzBindAddress: c.healthzBindAddress,
     hostnameOverride: c.hostnameOverride,

@@ -5,14 +5,16 @@ import yargs from 'yargs';
 import type { ErrorCode } from '../errors.ts';
 import { ProxyError } from '../errors.ts';
 import type { Config } from './config.ts';
-import { DEFAULT_CONFIG, DEFAULT_STATE_FILE } from './config.ts';
+import { DEFAULT_CONFIG, DEFAULT_STATE_FILE, DETECT_LOCAL_MODES } from './config.ts';
 import { loadConfigFile } from './file.ts';
 import type { ValueSource } from './validate.ts';
 import {
   CONTENT_TYPES,
   checkBindAddress,
   checkCIDRs,
+  checkClusterCIDRs,
   checkContentType,
+  checkDetectLocalMode,
   checkDuration,
   checkHostPort,
   checkInt,
@@ -36,14 +38,10 @@ export type ParsedArgs = {
 
 /** kube-proxy flags that mean nothing for the userspace proxy: accepted (hidden), warned about, ignored. */
 const IGNORED_FLAGS: Readonly<Record<string, 'string' | 'boolean'>> = {
-  'cluster-cidr': 'string',
   'masquerade-all': 'boolean',
   'iptables-masquerade-bit': 'string',
   'iptables-localhost-nodeports': 'boolean',
   'feature-gates': 'string',
-  'detect-local-mode': 'string',
-  'pod-bridge-interface': 'string',
-  'pod-interface-name-prefix': 'string',
   'show-hidden-metrics-for-version': 'string',
   'conntrack-tcp-be-liberal': 'boolean',
   'conntrack-udp-timeout': 'string',
@@ -180,7 +178,31 @@ export function buildParser(argv: string[]) {
     .option('nodeport-addresses', {
       type: 'string',
       defaultDescription: '""',
-      describe: 'Comma-separated CIDRs: NodePorts answer only on local addresses in them ("" = all)',
+      describe:
+        'Comma-separated CIDRs: NodePorts answer only on local addresses in them ("" = all); "primary" = this node\'s IPs',
+    })
+    .option('cluster-cidr', {
+      type: 'string',
+      defaultDescription: '""',
+      describe:
+        "The pods' CIDR range (a comma-separated dual-stack pair for dual-stack); with --detect-local-mode=ClusterCIDR, traffic from it is from a local pod",
+    })
+    .option('detect-local-mode', {
+      type: 'string',
+      defaultDescription: d.detectLocalMode,
+      describe: `How traffic from this node's pods is told apart: ${DETECT_LOCAL_MODES.join(', ')}`,
+    })
+    .option('pod-bridge-interface', {
+      type: 'string',
+      defaultDescription: '""',
+      describe:
+        'With --detect-local-mode=BridgeInterface: traffic coming in on this bridge is from a local pod',
+    })
+    .option('pod-interface-name-prefix', {
+      type: 'string',
+      defaultDescription: '""',
+      describe:
+        'With --detect-local-mode=InterfaceNamePrefix: traffic coming in on interfaces with this prefix is from a local pod',
     })
     .option('cleanup', {
       type: 'boolean',
@@ -194,23 +216,23 @@ export function buildParser(argv: string[]) {
     })
     .option('conntrack-max-per-core', {
       type: 'number',
-      defaultDescription: '0 (leave as is)',
-      describe: 'Accepted and checked, not applied: this proxy changes no conntrack sysctl',
+      defaultDescription: String(d.conntrackMaxPerCore),
+      describe: 'nf_conntrack_max = this × CPUs (at least --conntrack-min), raised only; 0 = leave as is',
     })
     .option('conntrack-min', {
       type: 'number',
-      defaultDescription: '0',
-      describe: 'Accepted and checked, not applied (see --conntrack-max-per-core)',
+      defaultDescription: String(d.conntrackMin),
+      describe: 'The least nf_conntrack_max set from --conntrack-max-per-core',
     })
     .option('conntrack-tcp-timeout-established', {
       type: 'string',
-      defaultDescription: '0s (leave as is)',
-      describe: 'Accepted and checked, not applied (see --conntrack-max-per-core)',
+      defaultDescription: dur(d.conntrackTcpEstablishedTimeoutMs),
+      describe: 'nf_conntrack_tcp_timeout_established; 0 = leave as is',
     })
     .option('conntrack-tcp-timeout-close-wait', {
       type: 'string',
-      defaultDescription: '0s (leave as is)',
-      describe: 'Accepted and checked, not applied (see --conntrack-max-per-core)',
+      defaultDescription: dur(d.conntrackTcpCloseWaitTimeoutMs),
+      describe: 'nf_conntrack_tcp_timeout_close_wait; 0 = leave as is',
     })
     .option('kube-api-qps', {
       type: 'number',
@@ -364,6 +386,12 @@ function fromFlags(a: Args): Partial<Config> {
   put('bindAddressHardFail', a['bind-address-hard-fail']);
   if (a['nodeport-addresses'] !== undefined)
     put('nodePortAddresses', checkCIDRs(a['nodeport-addresses'].split(','), flag('nodeport-addresses')));
+  if (a['cluster-cidr'] !== undefined)
+    put('clusterCIDRs', checkClusterCIDRs(a['cluster-cidr'], flag('cluster-cidr')));
+  if (a['detect-local-mode'] !== undefined)
+    put('detectLocalMode', checkDetectLocalMode(a['detect-local-mode'], flag('detect-local-mode')));
+  put('podBridgeInterface', a['pod-bridge-interface']?.trim());
+  put('podInterfaceNamePrefix', a['pod-interface-name-prefix']?.trim());
   put('cleanup', a.cleanup);
   if (a['oom-score-adj'] !== undefined)
     put('oomScoreAdj', checkInt(a['oom-score-adj'], flag('oom-score-adj'), -1000, 1000));
@@ -440,6 +468,23 @@ export async function parseArgs(argv: string[]): Promise<ParsedArgs> {
         : origin('kubeconfig', 'kubeconfig', 'clientConnection.kubeconfig');
     conflict([{ flag: true }], `--manifest cannot be combined with ${other.name}: pick one source`);
   }
+  // kube-proxy's validateInterface: the mode's interface must be named.
+  const needs = {
+    BridgeInterface: ['podBridgeInterface', 'pod-bridge-interface', 'detectLocal.bridgeInterface'],
+    InterfaceNamePrefix: [
+      'podInterfaceNamePrefix',
+      'pod-interface-name-prefix',
+      'detectLocal.interfaceNamePrefix',
+    ],
+  } as const;
+  if (config.detectLocalMode === 'BridgeInterface' || config.detectLocalMode === 'InterfaceNamePrefix') {
+    const [key, flagName, field] = needs[config.detectLocalMode];
+    if (config[key] === '') {
+      const mode = origin('detectLocalMode', 'detect-local-mode', 'detectLocalMode');
+      const value = origin(key, flagName, field);
+      conflict([mode, value], `${mode.name}=${config.detectLocalMode} needs a non-empty ${value.name}`);
+    }
+  }
   // kube-proxy's defaults follow the family of bindAddress.
   if (config.bindAddress.includes(':')) {
     if (!('healthzBindAddress' in flags) && !file?.config.healthzBindAddress)
@@ -452,18 +497,6 @@ export async function parseArgs(argv: string[]): Promise<ParsedArgs> {
   if (ignoredFlags.length > 0)
     warnings.push(
       `Ignored flags that do not apply to the userspace proxy: ${ignoredFlags.map((f) => `--${f}`).join(', ')}`,
-    );
-  const conntrack = [
-    config.conntrackMaxPerCore !== 0 && `maxPerCore=${config.conntrackMaxPerCore}`,
-    config.conntrackMin !== 0 && `min=${config.conntrackMin}`,
-    config.conntrackTcpEstablishedTimeoutMs !== 0 &&
-      `tcpEstablishedTimeout=${formatDuration(config.conntrackTcpEstablishedTimeoutMs)}`,
-    config.conntrackTcpCloseWaitTimeoutMs !== 0 &&
-      `tcpCloseWaitTimeout=${formatDuration(config.conntrackTcpCloseWaitTimeoutMs)}`,
-  ].filter((s) => s !== false);
-  if (conntrack.length > 0)
-    warnings.push(
-      `Conntrack settings are not applied (this proxy changes no conntrack sysctl): ${conntrack.join(', ')}`,
     );
   if (config.profiling) warnings.push('Profiling is not available (Node has no pprof): use node --cpu-prof');
 

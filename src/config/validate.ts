@@ -4,6 +4,8 @@ import type { ErrorCode } from '../errors.ts';
 import { ProxyError } from '../errors.ts';
 import { parsePortRange } from '../proxier/port-allocator.ts';
 import { isValidCIDR, isValidIP } from '../source/validate.ts';
+import type { DetectLocalMode } from './config.ts';
+import { DETECT_LOCAL_MODES, NODE_PORT_ADDRESSES_PRIMARY } from './config.ts';
 
 export { isValidCIDR, isValidIP } from '../source/validate.ts';
 
@@ -105,15 +107,53 @@ export function checkHostPort(value: string, at: ValueSource, defaultPort: numbe
   return withPort;
 }
 
-/** NodePort CIDRs; kube-proxy's newer keywords (primary, localhost, all) are not supported. */
+/**
+ * --nodeport-addresses / nodePortAddresses: CIDRs, or the keyword `primary` alone (kube-proxy's
+ * validateKubeProxyNodePortAddress). `primary` is resolved to this node's IPs at start-up.
+ */
 export function checkCIDRs(values: readonly string[], at: ValueSource): string[] {
   const out = values.map((s) => s.trim()).filter((s) => s !== '');
   for (const cidr of out) {
-    if (cidr === 'primary' || cidr === 'localhost' || cidr === 'all')
-      invalidValue(at, cidr, 'keywords are not supported: list CIDRs, or none for all local addresses');
+    if (cidr === NODE_PORT_ADDRESSES_PRIMARY) {
+      if (out.length !== 1) invalidValue(at, out.join(','), "can't use both 'primary' and CIDRs");
+      continue;
+    }
     if (!isValidCIDR(cidr)) invalidValue(at, cidr, 'not a CIDR');
   }
   return out;
+}
+
+/** The family of a valid CIDR. */
+export function cidrFamily(cidr: string): 'IPv4' | 'IPv6' {
+  return cidr.includes(':') ? 'IPv6' : 'IPv4';
+}
+
+/**
+ * --cluster-cidr / clusterCIDR: comma-separated, each a CIDR, at most one per family (kube-proxy's
+ * validateClusterCIDRs).
+ */
+export function checkClusterCIDRs(value: string, at: ValueSource): string[] {
+  const cidrs = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  for (const cidr of cidrs) if (!isValidCIDR(cidr)) invalidValue(at, cidr, 'not a CIDR');
+  if (cidrs.length > 2 || (cidrs.length === 2 && cidrFamily(cidrs[0]!) === cidrFamily(cidrs[1]!)))
+    invalidValue(
+      at,
+      value,
+      'may only contain at most one CIDR per IP family (e.g. 10.244.0.0/16,fd00:10:244::/56)',
+    );
+  return cidrs;
+}
+
+/** --detect-local-mode / detectLocalMode: one of kube-proxy's LocalModes; `""` means ClusterCIDR. */
+export function checkDetectLocalMode(value: string, at: ValueSource): DetectLocalMode {
+  const v = value.trim();
+  if (v === '') return 'ClusterCIDR';
+  if (!(DETECT_LOCAL_MODES as readonly string[]).includes(v))
+    invalidValue(at, value, `expected one of ${DETECT_LOCAL_MODES.join(', ')}`);
+  return v as DetectLocalMode;
 }
 
 /** An integer in [min, max]. */

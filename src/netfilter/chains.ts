@@ -1,5 +1,6 @@
-// The chains we own and the jump rules that hook them into the built-in chains (reference §1.1).
-// Pure data: no I/O. Every jump and chain `--cleanup` removes is listed here.
+// The chains we own and the jump rules that hook them into the built-in chains (reference §1.1, and
+// kube-proxy's filter chains for rejects, source ranges and health check ports). Pure data: no I/O.
+// Every jump and chain `--cleanup` removes is listed here.
 
 export type Table = 'nat' | 'filter';
 
@@ -8,6 +9,23 @@ export const KUBE_PORTALS_HOST = 'KUBE-PORTALS-HOST';
 export const KUBE_NODEPORT_CONTAINER = 'KUBE-NODEPORT-CONTAINER';
 export const KUBE_NODEPORT_HOST = 'KUBE-NODEPORT-HOST';
 export const KUBE_NODEPORT_NON_LOCAL = 'KUBE-NODEPORT-NON-LOCAL';
+// Filter chains under kube-proxy's names (pkg/proxy/iptables), so `iptables-save` reads as it does there.
+/** REJECT/DROP for ClusterIPs whose traffic has no endpoint (FORWARD, OUTPUT). */
+export const KUBE_SERVICES = 'KUBE-SERVICES';
+/** REJECT/DROP for externalIPs, LB IPs and NodePorts whose traffic has no endpoint (INPUT, FORWARD). */
+export const KUBE_EXTERNAL_SERVICES = 'KUBE-EXTERNAL-SERVICES';
+/** DROP for LB IP traffic that loadBalancerSourceRanges kept from being NATed (INPUT, FORWARD, OUTPUT). */
+export const KUBE_PROXY_FIREWALL = 'KUBE-PROXY-FIREWALL';
+/** ACCEPT for health check node ports (INPUT). */
+export const KUBE_NODEPORTS = 'KUBE-NODEPORTS';
+
+/** Our filter chains. */
+export type FilterChain =
+  | typeof KUBE_NODEPORT_NON_LOCAL
+  | typeof KUBE_SERVICES
+  | typeof KUBE_EXTERNAL_SERVICES
+  | typeof KUBE_PROXY_FIREWALL
+  | typeof KUBE_NODEPORTS;
 
 /** The two portal chains: each dispatches to PORTAL_SHARDS shard chains by the destination's last bits. */
 export type PortalChain = typeof KUBE_PORTALS_CONTAINER | typeof KUBE_PORTALS_HOST;
@@ -20,7 +38,7 @@ export type Chain =
   | PortalShardChain
   | typeof KUBE_NODEPORT_CONTAINER
   | typeof KUBE_NODEPORT_HOST
-  | typeof KUBE_NODEPORT_NON_LOCAL;
+  | FilterChain;
 
 /**
  * How many shard chains each portal chain has. A portal rule lives in the shard of its destination IP's
@@ -55,7 +73,13 @@ export const CHAINS: { readonly [T in Table]: readonly Chain[] } = {
     ...SHARDS.map((k) => portalShardChain(KUBE_PORTALS_CONTAINER, k)),
     ...SHARDS.map((k) => portalShardChain(KUBE_PORTALS_HOST, k)),
   ],
-  filter: [KUBE_NODEPORT_NON_LOCAL],
+  filter: [
+    KUBE_NODEPORT_NON_LOCAL,
+    KUBE_SERVICES,
+    KUBE_EXTERNAL_SERVICES,
+    KUBE_PROXY_FIREWALL,
+    KUBE_NODEPORTS,
+  ],
 };
 
 /** Every chain we own, with its table. */
@@ -67,19 +91,34 @@ export const ALL_CHAINS: readonly { readonly table: Table; readonly chain: Chain
 export type Jump = {
   readonly table: Table;
   /** The built-in chain the jump sits in. */
-  readonly from: 'PREROUTING' | 'OUTPUT' | 'INPUT';
+  readonly from: 'PREROUTING' | 'OUTPUT' | 'INPUT' | 'FORWARD';
   readonly to: Chain;
   /** prepend = `-I from 1` (portals must be checked before NodePorts), append = `-A from`. */
   readonly position: 'prepend' | 'append';
-  /** Match arguments between the chain and `-j`, exactly as the legacy proxier wrote them. */
+  /** Match arguments between the chain and `-j`, exactly as the legacy proxier (or kube-proxy) wrote them. */
   readonly args: readonly string[];
 };
 
 const PORTALS_COMMENT = 'handle ClusterIPs; NOTE: this must be before the NodePort rules';
 const NODEPORTS_COMMENT = 'handle service NodePorts; NOTE: this must be the last rule in the chain';
 const NON_LOCAL_COMMENT = 'Ensure that non-local NodePort traffic can flow';
+const NEW = ['-m', 'conntrack', '--ctstate', 'NEW'];
 
-/** The five jumps, in the order `--cleanup` deletes them (reference §1.7). */
+/** kube-proxy's filter jump: new connections only, then its comment. */
+function filterJump(from: Jump['from'], to: FilterChain, comment: string, newOnly = true): Jump {
+  const args = [...(newOnly ? NEW : []), '-m', 'comment', '--comment', comment];
+  return { table: 'filter', from, to, position: 'prepend', args };
+}
+
+/**
+ * Our jumps, in the order a restore inserts them. Each prepend goes to position 1, so in each filter
+ * built-in chain the last listed ends up first: INPUT reads KUBE-PROXY-FIREWALL, KUBE-EXTERNAL-SERVICES
+ * (the DROP/REJECTs), then KUBE-NODEPORTS and KUBE-NODEPORT-NON-LOCAL (the ACCEPTs); FORWARD
+ * KUBE-PROXY-FIREWALL, KUBE-SERVICES, KUBE-EXTERNAL-SERVICES; OUTPUT KUBE-PROXY-FIREWALL, KUBE-SERVICES.
+ * The order is belt and braces: the ACCEPTs match only packets our NAT rules sent to a proxy port
+ * (`--ctstate DNAT`) or a health check port, the DROP/REJECTs only packets that kept a Service
+ * destination (nothing NATed them), so a jump re-inserted alone at position 1 lets nothing through.
+ */
 export const JUMPS: readonly Jump[] = [
   {
     table: 'nat',
@@ -109,21 +148,30 @@ export const JUMPS: readonly Jump[] = [
     position: 'append',
     args: ['-m', 'addrtype', '--dst-type', 'LOCAL', '-m', 'comment', '--comment', NODEPORTS_COMMENT],
   },
-  {
-    table: 'filter',
-    from: 'INPUT',
-    to: KUBE_NODEPORT_NON_LOCAL,
-    position: 'prepend',
-    args: ['-m', 'comment', '--comment', NON_LOCAL_COMMENT],
-  },
+  filterJump('INPUT', KUBE_NODEPORT_NON_LOCAL, NON_LOCAL_COMMENT, false),
+  filterJump('INPUT', KUBE_NODEPORTS, 'kubernetes health check service ports', false),
+  filterJump('INPUT', KUBE_EXTERNAL_SERVICES, 'kubernetes externally-visible service portals'),
+  filterJump('FORWARD', KUBE_EXTERNAL_SERVICES, 'kubernetes externally-visible service portals'),
+  filterJump('FORWARD', KUBE_SERVICES, 'kubernetes service portals'),
+  filterJump('OUTPUT', KUBE_SERVICES, 'kubernetes service portals'),
+  filterJump('INPUT', KUBE_PROXY_FIREWALL, 'kubernetes load balancer firewall'),
+  filterJump('FORWARD', KUBE_PROXY_FIREWALL, 'kubernetes load balancer firewall'),
+  filterJump('OUTPUT', KUBE_PROXY_FIREWALL, 'kubernetes load balancer firewall'),
 ];
 
-const OUR_CHAIN_NAMES: ReadonlySet<string> = new Set(ALL_CHAINS.map((c) => c.chain));
+const OUR_CHAINS: { readonly [T in Table]: ReadonlySet<string> } = {
+  nat: new Set(CHAINS.nat),
+  filter: new Set(CHAINS.filter),
+};
 
 /**
- * True for the names of chains we own (to find our jumps and chains in `iptables-save` output),
- * including portal shard chains of another shard count than ours.
+ * True for the names of chains we own in `table` (to find our jumps and chains in `iptables-save`
+ * output), including portal shard chains of another shard count than ours. Without a table: ours in
+ * either. Per table because the filter chains carry kube-proxy's names: nat `KUBE-SERVICES` and
+ * `KUBE-NODEPORTS` belong to an iptables-mode kube-proxy, never to us.
  */
-export function isOurChain(name: string): name is Chain {
-  return OUR_CHAIN_NAMES.has(name) || /^KUBE-PORTALS-(CONTAINER|HOST)-[0-9A-F]{2}$/.test(name);
+export function isOurChain(name: string, table?: Table): name is Chain {
+  if (table !== 'nat' && OUR_CHAINS.filter.has(name)) return true;
+  if (table === 'filter') return false;
+  return OUR_CHAINS.nat.has(name) || /^KUBE-PORTALS-(CONTAINER|HOST)-[0-9A-F]{2}$/.test(name);
 }

@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import { ProxyError } from '../errors.ts';
 import type { IPFamily } from '../state/service-port.ts';
 import { isOurChain, JUMPS, type Jump, type Table } from './chains.ts';
+import type { ConntrackDeletion } from './conntrack-cleanup.ts';
 
 export type RunResult = { code: number; stdout: string; stderr: string };
 
@@ -64,8 +65,12 @@ export interface Iptables {
   missingJumps(family: IPFamily): Promise<Jump[]>;
   /** Removes every jump to our chains and the chains themselves; a no-op on a clean host. */
   cleanup(family: IPFamily): Promise<void>;
-  /** Deletes the UDP conntrack entries whose original destination is `ip`; throws KUP_ERR_CONNTRACK. */
-  flushConntrackUDP(ip: string): Promise<void>;
+  /**
+   * Deletes UDP conntrack entries: those of a ConntrackDeletion (original destination address and/or
+   * port, in its family), or, given an address, every one whose original destination is it. Nothing
+   * to delete is success; throws KUP_ERR_CONNTRACK.
+   */
+  flushConntrackUDP(filter: string | ConntrackDeletion): Promise<void>;
 }
 
 /** Lines shown either side of the line iptables-restore reports as failing. */
@@ -116,7 +121,8 @@ export function createIptables(run: Run): Iptables {
     const cmd = family === 'IPv6' ? 'ip6tables' : 'iptables';
     const listed = new Map<string, string[][]>();
     const builtins = [...new Map(JUMPS.map((j) => [`${j.table} ${j.from}`, j])).entries()];
-    // One `iptables -S` per built-in chain, side by side (each is a process start: ~7 ms).
+    // One `iptables -S` per built-in chain (nat PREROUTING and OUTPUT; filter INPUT, FORWARD and
+    // OUTPUT), side by side (each is a process start: ~7 ms).
     await Promise.all(
       builtins.map(async ([id, j]) => {
         const result = await exec(cmd, ['-w', '-t', j.table, '-S', j.from]);
@@ -141,16 +147,16 @@ export function createIptables(run: Run): Iptables {
       const lines: string[] = [];
       // Every jump into our chains, whatever its arguments (older versions, duplicates, hand-made).
       for (const [chain, rules] of saved.rules) {
-        if (isOurChain(chain)) continue;
+        if (isOurChain(chain, table)) continue;
         for (const args of rules) {
           const target = jumpTarget(args);
-          if (target !== undefined && isOurChain(target))
+          if (target !== undefined && isOurChain(target, table))
             lines.push(`-D ${chain} ${args.map(quote).join(' ')}`);
         }
       }
       // `:CHAIN` flushes it (so no rule of ours still references another of our chains), then -X.
       // Every chain of ours in the table, also shard chains an older or newer version left.
-      const ours = [...saved.chains].filter((chain) => isOurChain(chain));
+      const ours = [...saved.chains].filter((chain) => isOurChain(chain, table));
       for (const chain of ours) lines.push(`:${chain} - [0:0]`);
       for (const chain of ours) lines.push(`-X ${chain}`);
       if (lines.length > 0) text += `*${table}\n${lines.join('\n')}\nCOMMIT\n`;
@@ -158,9 +164,17 @@ export function createIptables(run: Run): Iptables {
     if (text !== '') await restore(family, text);
   }
 
-  async function flushConntrackUDP(ip: string): Promise<void> {
-    const args = ['-D', '--orig-dst', ip, '-p', 'udp'];
-    if (ip.includes(':')) args.push('-f', 'ipv6');
+  async function flushConntrackUDP(filter: string | ConntrackDeletion): Promise<void> {
+    const f: ConntrackDeletion =
+      typeof filter === 'string'
+        ? { family: filter.includes(':') ? 'IPv6' : 'IPv4', protocol: 'udp', origDst: filter }
+        : filter;
+    const args = ['-D'];
+    if (f.origDst !== undefined) args.push('--orig-dst', f.origDst);
+    // Port options after -p: conntrack parses them with the protocol's own options.
+    args.push('-p', 'udp');
+    if (f.origDstPort !== undefined) args.push('--orig-port-dst', String(f.origDstPort));
+    if (f.family === 'IPv6') args.push('-f', 'ipv6');
     let result: RunResult;
     try {
       result = await run('conntrack', args);

@@ -5,6 +5,7 @@ import type { Logger } from '../log.ts';
 import type { IPFamily, ServicePortKey } from '../state/service-port.ts';
 import type { Iptables } from './iptables.ts';
 import {
+  type LocalDetector,
   type PortalSpec,
   type RuleContext,
   renderDelta,
@@ -22,12 +23,19 @@ export type FamilyConfig = {
   /** Node IP of this family for host-side DNAT; never loopback. */
   readonly hostIP: string;
   readonly nodePortAddresses: readonly string[];
+  /** Tells this node's pods apart (--detect-local-mode); undefined: they cannot be (see RuleContext). */
+  readonly localDetector?: LocalDetector | undefined;
 };
 
 export type NetfilterDeps = {
   readonly iptables: Iptables;
   readonly log: Logger;
   readonly families: readonly FamilyConfig[];
+  /**
+   * The detector of a family as known now, read at every sync (NodeCIDR learns the Node's podCIDRs
+   * after start-up); when given it replaces FamilyConfig.localDetector. A change means a full restore.
+   */
+  readonly localDetector?: (family: IPFamily) => LocalDetector | undefined;
 };
 
 export type SyncOptions = {
@@ -52,7 +60,7 @@ type Applied = { readonly ctx: RuleContext; readonly portals: Map<ServicePortKey
  * - the first sync of a family (start-up: replaces whatever a previous process left in our chains);
  * - `options.full` (the periodic sync: repairs rules and jumps someone else removed or added);
  * - after a failed restore (what the kernel holds is unknown), including at once when a delta fails;
- * - when the context changed (bind address, host IP, the node's NodePort addresses);
+ * - when the context changed (bind address, host IP, the node's NodePort addresses, the local detector);
  * - when `checkJumps` finds a jump or chain missing.
  * Otherwise only the rules of changed service ports are deleted and appended (a few lines, in the
  * small shard chains of their destinations). Measured at 10,000 service ports on nf_tables
@@ -62,6 +70,7 @@ export class Netfilter {
   readonly #iptables: Iptables;
   readonly #log: Logger;
   readonly #families: readonly FamilyConfig[];
+  readonly #localDetector: ((family: IPFamily) => LocalDetector | undefined) | undefined;
   /** Last successfully applied state per family; absent = unknown, the next sync is full. */
   readonly #applied = new Map<IPFamily, Applied>();
   #queue: Promise<unknown> = Promise.resolve();
@@ -70,6 +79,7 @@ export class Netfilter {
     this.#iptables = deps.iptables;
     this.#log = deps.log;
     this.#families = deps.families;
+    this.#localDetector = deps.localDetector;
   }
 
   /** Applies the rules of `portals` for every family; rejects with the first family's error. */
@@ -103,7 +113,7 @@ export class Netfilter {
       const present = new Map<ServicePortKey, PortalSpec>();
       for (const [key, spec] of changed) if (spec !== undefined) present.set(key, spec);
       await this.#eachFamily('Sync failed', async (f) => {
-        const ctx: RuleContext = { ...f, localAddresses: options.localAddresses ?? [] };
+        const ctx = this.#context(f, options);
         const last = this.#applied.get(f.family);
         if (last === undefined || !sameContext(last.ctx, ctx)) return full(f);
         const text = restoreText(renderDelta(last.portals, present, ctx, changed.keys()));
@@ -146,7 +156,7 @@ export class Netfilter {
     options: SyncOptions,
   ): Promise<void> {
     const { family } = config;
-    const ctx: RuleContext = { ...config, localAddresses: options.localAddresses ?? [] };
+    const ctx = this.#context(config, options);
     const last = this.#applied.get(family);
     if (!options.full && last !== undefined && sameContext(last.ctx, ctx)) {
       if (await this.#deltaApplied(family, last, next, ctx, options)) return;
@@ -198,6 +208,11 @@ export class Netfilter {
     if (missing.length > 0) return false;
     this.#applied.set(family, { ctx, portals: new Map(next) });
     return true;
+  }
+
+  #context(config: FamilyConfig, options: Omit<SyncOptions, 'full'>): RuleContext {
+    const localDetector = this.#localDetector ? this.#localDetector(config.family) : config.localDetector;
+    return { ...config, localAddresses: options.localAddresses ?? [], localDetector };
   }
 
   async #eachFamily(message: string, fn: (f: FamilyConfig) => Promise<void>): Promise<void> {

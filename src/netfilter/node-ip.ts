@@ -1,9 +1,11 @@
-// Which IP the host-side DNAT rules send to: the bind address when one is set, else the address of the
-// interface that carries the default route (as the legacy proxier's ChooseHostInterface), per family.
-// Never loopback. Reading /proc and the interface list is injected so tests can drive it.
+// Which IP the host-side DNAT rules send to: the bind address when one is set, else this Node's
+// InternalIP (when it is an address of this host), else the address of the interface that carries the
+// default route (as the legacy proxier's ChooseHostInterface), per family. Never loopback. Also
+// resolves `--nodeport-addresses primary`. Reading /proc and the interface list is injected.
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { type NetworkInterfaceInfo, networkInterfaces } from 'node:os';
+import { NODE_PORT_ADDRESSES_PRIMARY } from '../config/config.ts';
 import type { IPFamily } from '../state/service-port.ts';
 import type { FamilyConfig } from './netfilter.ts';
 import { nodePortDestinations } from './rules.ts';
@@ -70,6 +72,41 @@ export function chooseHostIP(info: HostInfo, family: IPFamily): string | undefin
     if (a) return a.address;
   }
   return undefined;
+}
+
+/**
+ * The node IP of `family` when the bind address is a wildcard: the Node's InternalIP of that family
+ * (kube-proxy's NodeManager.NodeIPs) when it is an address of this host, else chooseHostIP's guess.
+ * A Node address the host does not have is not used: DNAT to it would send host traffic away.
+ */
+export function chooseNodeIP(
+  info: HostInfo,
+  family: IPFamily,
+  nodeInternalIP: string | undefined,
+): { ip: string | undefined; ignoredNodeIP?: string } {
+  if (nodeInternalIP !== undefined) {
+    const local = Object.values(info.interfaces).some((list) =>
+      (list ?? []).some((a) => a.address.toLowerCase() === nodeInternalIP.toLowerCase()),
+    );
+    if (local) return { ip: nodeInternalIP };
+    return { ip: chooseHostIP(info, family), ignoredNodeIP: nodeInternalIP };
+  }
+  return { ip: chooseHostIP(info, family) };
+}
+
+/**
+ * `--nodeport-addresses` with `primary` resolved as kube-proxy's newProxyServer does: the node IP of each
+ * family as a /32 or /128 (a family without one gets none). Any other list is returned as it is.
+ */
+export function resolveNodePortAddresses(
+  configured: readonly string[],
+  nodeIPs: Partial<Record<IPFamily, string>>,
+): string[] {
+  if (configured.length !== 1 || configured[0] !== NODE_PORT_ADDRESSES_PRIMARY) return [...configured];
+  const out: string[] = [];
+  if (nodeIPs.IPv4 !== undefined) out.push(`${nodeIPs.IPv4}/32`);
+  if (nodeIPs.IPv6 !== undefined) out.push(`${nodeIPs.IPv6}/128`);
+  return out;
 }
 
 /** Every non-loopback address of the host (NodePorts with --nodeport-addresses match these). */

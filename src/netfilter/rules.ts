@@ -1,16 +1,20 @@
-// Renders the portal rules (reference §1.3) as iptables-restore input: full texts and one-service deltas.
-// Pure: no I/O, no clock. Same input, same bytes.
+// Renders the portal rules (reference §1.3, with kube-proxy's traffic policies, rejects and source ranges)
+// as iptables-restore input: full texts and one-service deltas. Pure: no I/O, no clock. Same input, same bytes.
 import { BlockList, isIP } from 'node:net';
 import type { IPFamily, ServicePort, ServicePortKey } from '../state/service-port.ts';
 import {
   CHAINS,
   type Chain,
   type Jump,
+  KUBE_EXTERNAL_SERVICES,
   KUBE_NODEPORT_CONTAINER,
   KUBE_NODEPORT_HOST,
   KUBE_NODEPORT_NON_LOCAL,
+  KUBE_NODEPORTS,
   KUBE_PORTALS_CONTAINER,
   KUBE_PORTALS_HOST,
+  KUBE_PROXY_FIREWALL,
+  KUBE_SERVICES,
   PORTAL_SHARDS,
   type PortalChain,
   portalShard,
@@ -18,20 +22,65 @@ import {
   type Table,
 } from './chains.ts';
 
-/** A service port with a running listener on `proxyPort`. */
-export type PortalSpec = { readonly servicePort: ServicePort; readonly proxyPort: number };
+/**
+ * What the endpoint lists of one family hold, for the rules: a list that is empty gets no NAT rule for
+ * the traffic it serves, and a filter rule instead (REJECT when the service port has no usable
+ * endpoint at all, DROP when only its traffic policy leaves none, as kube-proxy).
+ */
+export type PortalEndpoints = {
+  /** Some endpoint of this family is usable (ready, or serving and terminating), whatever the policies. */
+  readonly any: boolean;
+  /** The cluster-wide list is not empty (false when the service port does not use it). */
+  readonly cluster: boolean;
+  /** The node-local list is not empty (false when no policy of the service port is Local). */
+  readonly local: boolean;
+};
+
+/**
+ * A service port and the listeners its traffic goes to. `proxyPort` serves the cluster-wide endpoint
+ * list; a service port that uses only the local list (internalTrafficPolicy Local, not externally
+ * accessible) has it serve the local list instead. A service port that uses both lists (a Local
+ * policy beside external access or a Cluster policy) has a second listener, `localProxyPort`, serving
+ * the local list; otherwise that is 0. Which traffic goes where (portalTargets):
+ * - ClusterIP: the local list under internalTrafficPolicy Local, else the cluster list;
+ * - NodePort, externalIPs, LB IPs from outside: the local list under externalTrafficPolicy Local, else
+ *   the cluster list; from this node's pods and from the node itself always the cluster list
+ *   (kube-proxy's short-circuit).
+ */
+export type PortalSpec = {
+  readonly servicePort: ServicePort;
+  readonly proxyPort: number;
+  readonly localProxyPort: number;
+  /** Per family: a dual-stack service's families are programmed (and REJECTed) separately. */
+  readonly endpoints: { readonly IPv4: PortalEndpoints; readonly IPv6: PortalEndpoints };
+};
+
+/**
+ * How the rules tell traffic from this node's pods apart (kube-proxy's LocalTrafficDetector): restore-line
+ * fragments such as `-s 10.244.0.0/16` / `! -s 10.244.0.0/16`, or `-i cbr0` / `! -i cbr0`.
+ */
+export type LocalDetector = { readonly ifLocal: string; readonly ifNotLocal: string };
 
 /** Everything besides the portals that decides the rules of one family. */
 export type RuleContext = {
   readonly family: IPFamily;
   /** `0.0.0.0` or `::` (REDIRECT on the container side), or a specific IP of this family (DNAT to it). */
   readonly bindAddress: string;
-  /** Node IP of this family for host-side DNAT when bindAddress is unspecified; never loopback. */
+  /**
+   * Node IP of this family: host-side DNAT goes to it when bindAddress is unspecified (never loopback),
+   * and a loadBalancerSourceRanges entry containing it lets the node reach the LB IP (allowFromNode).
+   */
   readonly hostIP: string;
   /** --nodeport-addresses CIDRs; none of this family (or a /0) = NodePorts on every local address. */
   readonly nodePortAddresses: readonly string[];
   /** The node's addresses; those of this family inside nodePortAddresses get one NodePort rule each. */
   readonly localAddresses: readonly string[];
+  /**
+   * Tells this node's pods apart, so their traffic to an external destination of an
+   * externalTrafficPolicy Local service goes to the cluster-wide list (kube-proxy's short-circuit).
+   * Undefined: pods cannot be told apart and are treated as traffic from outside.
+   */
+  readonly localDetector?: LocalDetector | undefined;
 };
 
 export type RuleInput = RuleContext & { readonly portals: readonly PortalSpec[] };
@@ -62,75 +111,255 @@ export function restoreText(text: RestoreText): string {
 }
 
 /**
- * The rules of one portal in this family, in `openPortal` order (ClusterIP, externalIPs, LB IPs,
- * NodePort). A service port without a cluster IP of this family renders nothing here (its NodePort is
- * served by the family of its cluster IP, as kube-proxy's per-family proxiers do).
+ * A listener NAT rules send traffic to. `local`: it is the second listener (`localProxyPort`, serving the
+ * node-local list); its rules carry the comment `<name>/local`, which previousProxyPorts reads back.
+ */
+export type PortalTarget = { readonly port: number; readonly local: boolean };
+
+/** What a traffic kind without a target gets in the filter table (kube-proxy's choice). */
+export type FilterVerdict = 'REJECT' | 'DROP';
+
+/** Where each kind of traffic of one service port goes, in one family (kube-proxy's syncProxyRules). */
+export type PortalTargets = {
+  /** ClusterIP traffic, from pods and from the node. Undefined: not NATed, `internalFilter` instead. */
+  readonly internal: PortalTarget | undefined;
+  /** externalIPs, LB IPs and NodePorts from outside. Undefined: not NATed, `externalFilter` instead. */
+  readonly external: PortalTarget | undefined;
+  /** externalIPs, LB IPs and NodePorts from the node itself and, under externalTrafficPolicy Local, from
+   * this node's pods (when a detector tells them apart): always the cluster-wide list. */
+  readonly shortCircuit: PortalTarget | undefined;
+  /** REJECT when no endpoint is usable at all, DROP when only the policy leaves none; undefined: NATed. */
+  readonly internalFilter: FilterVerdict | undefined;
+  readonly externalFilter: FilterVerdict | undefined;
+};
+
+/**
+ * Which listener each kind of traffic of `spec` goes to in `family`. The cluster-wide list is served
+ * by `proxyPort`; the node-local one by `localProxyPort`, or by `proxyPort` when the service port uses
+ * only the local list (then localProxyPort is 0). A list that is empty is no target.
+ */
+export function portalTargets(spec: PortalSpec, family: IPFamily): PortalTargets {
+  const sp = spec.servicePort;
+  const eps = spec.endpoints[family];
+  const cluster: PortalTarget | undefined = eps.cluster ? { port: spec.proxyPort, local: false } : undefined;
+  const local: PortalTarget | undefined = !eps.local
+    ? undefined
+    : spec.localProxyPort !== 0
+      ? { port: spec.localProxyPort, local: true }
+      : { port: spec.proxyPort, local: false };
+  const internal = sp.internalPolicyLocal ? local : cluster;
+  const external = sp.externalPolicyLocal ? local : cluster;
+  const verdict = (t: PortalTarget | undefined): FilterVerdict | undefined =>
+    t !== undefined ? undefined : eps.any ? 'DROP' : 'REJECT';
+  return {
+    internal,
+    external,
+    shortCircuit: cluster,
+    internalFilter: verdict(internal),
+    externalFilter: verdict(external),
+  };
+}
+
+/**
+ * The rules of one portal in this family: nat rules in `openPortal` order (ClusterIP, externalIPs, LB
+ * IPs, NodePort), then the filter rules (REJECT/DROP where a kind of traffic has no endpoint, DROP for
+ * LB IP traffic outside loadBalancerSourceRanges, ACCEPT for the listeners and the health check node
+ * port). Within a chain the order matters: a short-circuit rule comes before the catch-all after it, so
+ * deltas replace a service port's rules of a chain whole (renderDelta). A service port without a
+ * cluster IP of this family renders nothing here (its NodePort is served by the family of its cluster
+ * IP, as kube-proxy's per-family proxiers do).
  */
 export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
   const sp = spec.servicePort;
-  const { proxyPort } = spec;
+  const { proxyPort, localProxyPort } = spec;
   if (!validPort(proxyPort) || !validPort(sp.port)) return [];
+  if (localProxyPort !== 0 && !validPort(localProxyPort)) return [];
   if (sp.protocol !== 'TCP' && sp.protocol !== 'UDP') return [];
   const v = ipVersion(ctx.family);
   const clusterIPs = sp.clusterIPs.filter((ip) => isIP(ip) === v);
   if (clusterIPs.length === 0) return [];
 
+  const targets = portalTargets(spec, ctx.family);
   const proto = sp.protocol === 'TCP' ? 'tcp' : 'udp';
-  const comment = `-m comment --comment ${sanitizeComment(sp.name)}`;
-  const match = (port: number) => `${comment} -p ${proto} -m ${proto} --dport ${port}`;
+  const name = sanitizeComment(sp.name);
+  const comment = (t: PortalTarget) =>
+    `-m comment --comment ${t.local ? `${name.slice(0, MAX_COMMENT_LENGTH - 6)}/local` : name}`;
+  const match = (t: PortalTarget, port: number) => `${comment(t)} -p ${proto} -m ${proto} --dport ${port}`;
   const dst = (ip: string) => `-d ${ip}/${v === 4 ? 32 : 128}`;
   const bindIP = specificBindIP(ctx);
-  const containerTarget =
+  const containerTarget = (t: PortalTarget) =>
     bindIP === undefined
-      ? `-j REDIRECT --to-ports ${proxyPort}`
-      : `-j DNAT --to-destination ${joinHostPort(bindIP, proxyPort)}`;
-  const hostTarget = `-j DNAT --to-destination ${joinHostPort(bindIP ?? hostIPOf(ctx), proxyPort)}`;
+      ? `-j REDIRECT --to-ports ${t.port}`
+      : `-j DNAT --to-destination ${joinHostPort(bindIP, t.port)}`;
+  const hostTarget = (t: PortalTarget) =>
+    `-j DNAT --to-destination ${joinHostPort(bindIP ?? hostIPOf(ctx), t.port)}`;
 
   const rules: Rule[] = [];
-  const nat = (chain: Chain, spec: string) => rules.push({ table: 'nat', chain, spec });
+  const filterRules: Rule[] = [];
+  // One rule: `--dport` first, then the destination and source matches, then the target.
+  const line = (head: string, matches: (string | undefined)[], target: string) =>
+    [head, ...matches.filter((m) => m !== undefined && m !== ''), target].join(' ');
+  const nat = (chain: Chain, t: PortalTarget, port: number, matches: (string | undefined)[], side: Side) =>
+    rules.push({
+      table: 'nat',
+      chain,
+      spec: line(match(t, port), matches, side === 'container' ? containerTarget(t) : hostTarget(t)),
+    });
+  const filter = (
+    chain: Chain,
+    text: string,
+    port: number,
+    matches: (string | undefined)[],
+    target: string,
+  ) =>
+    filterRules.push({
+      table: 'filter',
+      chain,
+      spec: line(
+        `-m comment --comment ${quotedComment(name, text)} -p ${proto} -m ${proto} --dport ${port}`,
+        matches,
+        `-j ${target}`,
+      ),
+    });
+  const noEndpoints = (verdict: FilterVerdict) =>
+    verdict === 'REJECT' ? ' has no endpoints' : ' has no local endpoints';
+
   // Portal rules live in the shard chain of their destination (see PORTAL_SHARDS).
-  const portal = (chain: PortalChain, ip: string, spec: string) =>
-    nat(portalShardChain(chain, portalShard(ip)), spec);
-  const portalIP = (ip: string) => {
-    portal(KUBE_PORTALS_CONTAINER, ip, `${match(sp.port)} ${dst(ip)} ${containerTarget}`);
-    portal(KUBE_PORTALS_HOST, ip, `${match(sp.port)} ${dst(ip)} ${hostTarget}`);
+  const shard = (chain: PortalChain, ip: string) => portalShardChain(chain, portalShard(ip));
+  for (const ip of clusterIPs) {
+    if (targets.internal !== undefined) {
+      nat(shard(KUBE_PORTALS_CONTAINER, ip), targets.internal, sp.port, [dst(ip)], 'container');
+      nat(shard(KUBE_PORTALS_HOST, ip), targets.internal, sp.port, [dst(ip)], 'host');
+    } else if (targets.internalFilter !== undefined) {
+      const verdict = targets.internalFilter;
+      filter(KUBE_SERVICES, noEndpoints(verdict), sp.port, [dst(ip)], verdict);
+    }
+  }
+
+  /**
+   * The rules of one external destination. `sources`: the loadBalancerSourceRanges of this family
+   * (undefined: every source), with `fromNode` the extra source the node itself may use (allowFromNode).
+   */
+  const external = (
+    chains: { container: Chain; host: Chain },
+    port: number,
+    destination: string,
+    sources: readonly string[] | undefined,
+    fromNode: string | undefined,
+  ) => {
+    const all = sources ?? [undefined];
+    // This node's pods (detector) to an ETP Local service: the cluster-wide list, before the rule below
+    // that sends everyone else to the local one (order matters: one chain, first match wins).
+    const detector = ctx.localDetector;
+    if (sp.externalPolicyLocal && detector !== undefined && targets.shortCircuit !== undefined) {
+      for (const src of all) {
+        const pods = podSource(detector, src, v);
+        if (pods !== undefined)
+          nat(chains.container, targets.shortCircuit, port, [destination, pods], 'container');
+      }
+    }
+    if (targets.external !== undefined)
+      for (const src of all)
+        nat(chains.container, targets.external, port, [destination, source(src)], 'container');
+    // The node itself: always the cluster-wide list (kube-proxy's `--src-type LOCAL` short-circuit).
+    if (targets.shortCircuit !== undefined) {
+      for (const src of all) nat(chains.host, targets.shortCircuit, port, [destination, source(src)], 'host');
+      if (fromNode !== undefined)
+        nat(chains.host, targets.shortCircuit, port, [destination, source(fromNode)], 'host');
+    }
   };
-  for (const ip of clusterIPs) portalIP(ip);
+  const rejectExternal = (port: number, destination: string) => {
+    if (targets.externalFilter !== undefined)
+      filter(
+        KUBE_EXTERNAL_SERVICES,
+        noEndpoints(targets.externalFilter),
+        port,
+        [destination],
+        targets.externalFilter,
+      );
+  };
+  const portalChains = (ip: string) => ({
+    container: shard(KUBE_PORTALS_CONTAINER, ip),
+    host: shard(KUBE_PORTALS_HOST, ip),
+  });
+
+  // Every source, from pods and from the node alike (current kube-proxy; no physdev/addrtype condition).
   for (const ip of sp.externalIPs) {
     if (isIP(ip) !== v) continue;
-    // From outside through a physical interface, then from pods and host to an externalIP the node owns;
-    // host traffic to a non-local externalIP is not captured (as legacy).
-    portal(
-      KUBE_PORTALS_CONTAINER,
-      ip,
-      `${match(sp.port)} ${dst(ip)} -m physdev ! --physdev-is-in ${containerTarget}`,
-    );
-    portal(
-      KUBE_PORTALS_CONTAINER,
-      ip,
-      `${match(sp.port)} ${dst(ip)} -m addrtype --dst-type LOCAL ${containerTarget}`,
-    );
-    portal(KUBE_PORTALS_HOST, ip, `${match(sp.port)} ${dst(ip)} -m addrtype --dst-type LOCAL ${hostTarget}`);
+    external(portalChains(ip), sp.port, dst(ip), undefined, undefined);
+    rejectExternal(sp.port, dst(ip));
   }
-  for (const ip of sp.loadBalancerIPs) if (isIP(ip) === v) portalIP(ip);
+
+  const ranges = sourceRanges(sp, v);
+  // kube-proxy's usesFWChain: ranges of this family (none of this family: every source, as there) and
+  // some endpoint; without one the REJECT below covers every source anyway.
+  const firewall = ranges.length > 0 && spec.endpoints[ctx.family].any;
+  const allowFromNode = firewall && containsIP(ranges, ctx.hostIP, v);
+  for (const ip of sp.loadBalancerIPs) {
+    if (isIP(ip) !== v) continue;
+    external(
+      portalChains(ip),
+      sp.port,
+      dst(ip),
+      firewall ? ranges : undefined,
+      allowFromNode ? `${ip}/${v === 4 ? 32 : 128}` : undefined,
+    );
+    if (firewall)
+      filter(
+        KUBE_PROXY_FIREWALL,
+        ' traffic not accepted by loadBalancerSourceRanges',
+        sp.port,
+        [dst(ip)],
+        'DROP',
+      );
+    rejectExternal(sp.port, dst(ip));
+  }
 
   if (sp.nodePort !== 0 && validPort(sp.nodePort)) {
-    const destinations = nodePortDestinations(ctx);
-    for (const ip of destinations) {
-      const m = ip === undefined ? match(sp.nodePort) : `${match(sp.nodePort)} ${dst(ip)}`;
-      nat(KUBE_NODEPORT_CONTAINER, `${m} ${containerTarget}`);
-      nat(KUBE_NODEPORT_HOST, `${m} ${hostTarget}`);
+    // NodePorts are not subject to loadBalancerSourceRanges (as kube-proxy).
+    for (const ip of nodePortDestinations(ctx)) {
+      const destination = ip === undefined ? '' : dst(ip);
+      external(
+        { container: KUBE_NODEPORT_CONTAINER, host: KUBE_NODEPORT_HOST },
+        sp.nodePort,
+        destination,
+        undefined,
+        undefined,
+      );
+      rejectExternal(sp.nodePort, ip === undefined ? '-m addrtype --dst-type LOCAL' : destination);
     }
-    // Matches the proxy port: PREROUTING has already rewritten the destination when INPUT sees it.
-    if (destinations.length > 0)
-      rules.push({
-        table: 'filter',
-        chain: KUBE_NODEPORT_NON_LOCAL,
-        spec: `${match(proxyPort)} -m state --state NEW -j ACCEPT`,
-      });
   }
-  return rules;
+
+  // For hosts whose INPUT policy is DROP: every packet of a connection a NAT rule sent to a listener
+  // (DNAT, and the reply's source is the listener port). Both directions: the node's own connections
+  // to its proxy ports come back through INPUT too (on lo), where a reply has no listener dport.
+  const listeners: PortalTarget[] = [{ port: proxyPort, local: false }];
+  if (localProxyPort !== 0 && localProxyPort !== proxyPort)
+    listeners.push({ port: localProxyPort, local: true });
+  for (const t of listeners)
+    filterRules.push({
+      table: 'filter',
+      chain: KUBE_NODEPORT_NON_LOCAL,
+      spec: `${comment(t)} -p ${proto} -m conntrack --ctstate DNAT --ctreplsrcport ${t.port} -j ACCEPT`,
+    });
+  if (sp.healthCheckNodePort !== 0 && validPort(sp.healthCheckNodePort))
+    filterRules.push({
+      table: 'filter',
+      chain: KUBE_NODEPORTS,
+      spec: `-m comment --comment ${quotedComment(name, ' health check node port')} -p tcp -m tcp --dport ${sp.healthCheckNodePort} -j ACCEPT`,
+    });
+  // A rule equal to an earlier one (two ranges with the same intersection, a repeated IP) could never
+  // match, and would make a delta's `-D` ambiguous: kept once.
+  const seen = new Set<string>();
+  return [...rules, ...filterRules].filter((r) => {
+    const key = `${r.chain} ${r.spec}`;
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
 }
+
+type Side = 'container' | 'host';
 
 /**
  * The rules of the two portal chains: one jump per shard, matching the destination's lowest bits
@@ -217,8 +446,13 @@ function renderChains(
 /**
  * Restore input that turns the rules of `previous` into those of `next` (same context) without
  * touching unchanged service ports: `-D <chain> <old rule>` for rules that went, then `-A` for new
- * ones. Tables without changes are empty strings; both empty means nothing to apply. A `-D` of a rule
- * someone else removed fails the restore: the caller then falls back to a full render.
+ * ones. A changed service port's rules are compared per chain, in order: from the first rule that
+ * differs, its old rules in that chain are deleted and its new ones appended, so the order within a
+ * service port survives (its short-circuit rules before its catch-all; the rules kept before that point
+ * precede whatever is appended). Rules of different service ports never depend on each other's order
+ * (different destinations). Tables without changes are empty strings;
+ * both empty means nothing to apply. A `-D` of a rule someone else removed fails the restore: the
+ * caller then falls back to a full render.
  *
  * With `keys`, only those service ports are compared (`next` then needs to hold only them: a key it
  * lacks is one that went): O(changes) rather than O(service ports).
@@ -251,23 +485,16 @@ export function renderDelta(
   for (const key of changed.sort(compareStrings)) {
     const a = prev.get(key);
     const b = curr.get(key);
-    const before = a === undefined ? [] : portalRules(a, ctx);
-    const after = b === undefined ? [] : portalRules(b, ctx);
-    // Multiset difference: unchanged rules of a changed service port stay in place.
-    const count = new Map<string, number>();
-    for (const r of before) count.set(ruleKey(r), (count.get(ruleKey(r)) ?? 0) + 1);
-    for (const r of after) {
-      const n = count.get(ruleKey(r)) ?? 0;
-      if (n > 0) count.set(ruleKey(r), n - 1);
-      else adds.push(r);
+    const before = byChain(a === undefined ? [] : portalRules(a, ctx));
+    const after = byChain(b === undefined ? [] : portalRules(b, ctx));
+    for (const [chain, old] of before) {
+      const now = after.get(chain) ?? [];
+      // The rules both lists start with stay: whatever is appended comes after them anyway.
+      const keep = commonPrefix(old, now);
+      deletes.push(...old.slice(keep));
+      adds.push(...now.slice(keep));
     }
-    for (const r of before) {
-      const n = count.get(ruleKey(r)) ?? 0;
-      if (n > 0) {
-        count.set(ruleKey(r), n - 1);
-        deletes.push(r);
-      }
-    }
+    for (const [chain, now] of after) if (!before.has(chain)) adds.push(...now);
   }
   const table = (t: Table): string => {
     const lines: string[] = [];
@@ -284,6 +511,8 @@ export function sameContext(a: RuleContext, b: RuleContext): boolean {
     a.family === b.family &&
     a.bindAddress === b.bindAddress &&
     a.hostIP === b.hostIP &&
+    a.localDetector?.ifLocal === b.localDetector?.ifLocal &&
+    a.localDetector?.ifNotLocal === b.localDetector?.ifNotLocal &&
     sameList(nodePortDestinations(a), nodePortDestinations(b))
   );
 }
@@ -318,20 +547,106 @@ export function nodePortDestinations(ctx: RuleContext): (string | undefined)[] {
   return [...local].sort(compareStrings);
 }
 
+/** True when `a` and `b` render the same rules in any context: every field portalRules reads. */
 function samePortal(a: PortalSpec, b: PortalSpec): boolean {
   if (a === b) return true;
   const x = a.servicePort;
   const y = b.servicePort;
   return (
     a.proxyPort === b.proxyPort &&
+    a.localProxyPort === b.localProxyPort &&
+    sameEndpoints(a.endpoints.IPv4, b.endpoints.IPv4) &&
+    sameEndpoints(a.endpoints.IPv6, b.endpoints.IPv6) &&
     x.name === y.name &&
     x.protocol === y.protocol &&
     x.port === y.port &&
     x.nodePort === y.nodePort &&
+    x.healthCheckNodePort === y.healthCheckNodePort &&
+    x.externallyAccessible === y.externallyAccessible &&
+    x.externalPolicyLocal === y.externalPolicyLocal &&
+    x.internalPolicyLocal === y.internalPolicyLocal &&
     sameList(x.clusterIPs, y.clusterIPs) &&
     sameList(x.externalIPs, y.externalIPs) &&
-    sameList(x.loadBalancerIPs, y.loadBalancerIPs)
+    sameList(x.loadBalancerIPs, y.loadBalancerIPs) &&
+    sameList(x.loadBalancerSourceRanges, y.loadBalancerSourceRanges)
   );
+}
+
+function sameEndpoints(a: PortalEndpoints, b: PortalEndpoints): boolean {
+  return a.any === b.any && a.cluster === b.cluster && a.local === b.local;
+}
+
+/** A service port's rules per `table chain`, in order. */
+function byChain(rules: readonly Rule[]): Map<string, Rule[]> {
+  const out = new Map<string, Rule[]>();
+  for (const r of rules) {
+    const key = `${r.table} ${r.chain}`;
+    const list = out.get(key);
+    if (list) list.push(r);
+    else out.set(key, [r]);
+  }
+  return out;
+}
+
+/** How many rules `a` and `b` start with in common. */
+function commonPrefix(a: readonly Rule[], b: readonly Rule[]): number {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i]!.spec === b[i]!.spec) i++;
+  return i;
+}
+
+/** `"<name><suffix>"`: a comment with spaces (kube-proxy's wording), within iptables' 255 bytes. */
+function quotedComment(name: string, suffix: string): string {
+  return `"${name.slice(0, MAX_COMMENT_LENGTH - suffix.length)}${suffix}"`;
+}
+
+/** `-s <cidr>`, or nothing for every source. */
+function source(cidr: string | undefined): string | undefined {
+  return cidr === undefined ? undefined : `-s ${cidr}`;
+}
+
+/**
+ * The match for "from this node's pods and from `range`" (undefined `range`: any source), or undefined
+ * when no source can be both. A CIDR detector and a range are nested or disjoint, so their
+ * intersection is the narrower of the two or nothing (one `-s` per rule: iptables takes no second).
+ * Any other detector (`-i cbr0`) is added beside the range.
+ */
+function podSource(detector: LocalDetector, range: string | undefined, v: 4 | 6): string | undefined {
+  const cidr = /^-s (\S+)$/.exec(detector.ifLocal.trim())?.[1];
+  if (cidr === undefined) return range === undefined ? detector.ifLocal : `-s ${range} ${detector.ifLocal}`;
+  if (range === undefined) return detector.ifLocal;
+  const pods = parseCIDR(cidr, v);
+  const allowed = parseCIDR(range, v);
+  if (pods === undefined || allowed === undefined) return undefined;
+  const [narrow, wide] = allowed.prefix >= pods.prefix ? [allowed, pods] : [pods, allowed];
+  const blocks = new BlockList();
+  blocks.addSubnet(wide.ip, wide.prefix, v === 4 ? 'ipv4' : 'ipv6');
+  return blocks.check(narrow.ip, v === 4 ? 'ipv4' : 'ipv6') ? `-s ${narrow.text}` : undefined;
+}
+
+/** The valid loadBalancerSourceRanges of this family, as written (the rest is never rendered). */
+function sourceRanges(sp: ServicePort, v: 4 | 6): string[] {
+  return sp.loadBalancerSourceRanges.filter((r) => parseCIDR(r, v) !== undefined);
+}
+
+/** True when `ip` (of this family) is inside one of `cidrs` (kube-proxy's allowFromNode on nodeIP). */
+function containsIP(cidrs: readonly string[], ip: string, v: 4 | 6): boolean {
+  if (isIP(ip) !== v) return false;
+  const type = v === 4 ? 'ipv4' : 'ipv6';
+  const blocks = new BlockList();
+  for (const c of cidrs) {
+    const p = parseCIDR(c, v);
+    if (p !== undefined) blocks.addSubnet(p.ip, p.prefix, type);
+  }
+  return blocks.check(ip, type);
+}
+
+function parseCIDR(text: string, v: 4 | 6): { ip: string; prefix: number; text: string } | undefined {
+  const m = /^([^/\s]+)\/(\d{1,3})$/.exec(text);
+  if (!m || isIP(m[1]!) !== v) return undefined;
+  const prefix = Number(m[2]);
+  if (prefix > (v === 4 ? 32 : 128)) return undefined;
+  return { ip: m[1]!, prefix, text };
 }
 
 function toMap(set: PortalSet): ReadonlyMap<ServicePortKey, PortalSpec> {
@@ -343,10 +658,6 @@ function toMap(set: PortalSet): ReadonlyMap<ServicePortKey, PortalSpec> {
 
 function sortPortals(portals: readonly PortalSpec[]): PortalSpec[] {
   return [...portals].sort((a, b) => compareStrings(a.servicePort.key, b.servicePort.key));
-}
-
-function ruleKey(r: Rule): string {
-  return `${r.table} ${r.chain} ${r.spec}`;
 }
 
 function specificBindIP(ctx: RuleContext): string | undefined {

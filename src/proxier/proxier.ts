@@ -4,12 +4,12 @@
 // write the rules. Syncs run through the bounded-frequency runner; a failed open is retried next sync.
 import { isProxyError, ProxyError } from '../errors.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
-import { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { Logger } from '../log.ts';
+import type { PortalSpec } from '../netfilter/rules.ts';
 import { FdPressure } from '../relay/fd-pressure.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
 import { noopObserver } from '../relay/observer.ts';
-import type { ServicePortContext } from '../relay/service-context.ts';
+import type { ServicePortContext, ServicePortStats } from '../relay/service-context.ts';
 import { newServicePortStats } from '../relay/service-context.ts';
 import type { Connector, TcpRelayOptions } from '../relay/tcp.ts';
 import { TcpListener } from '../relay/tcp.ts';
@@ -18,23 +18,29 @@ import { UdpListener, UdpSessionBudget } from '../relay/udp.ts';
 import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
 import type { TimeSlices } from '../state/proxy-state.ts';
 import type { ServicePort, ServicePortKey } from '../state/service-port.ts';
-import { samePortals } from '../state/service-port.ts';
+import { samePortals, usesClusterEndpoints, usesLocalEndpoints } from '../state/service-port.ts';
 import type { Snapshot } from '../state/snapshot.ts';
 import { Yielder } from '../yielder.ts';
 import type { Clock } from './clock.ts';
 import { realClock } from './clock.ts';
+import {
+  cleanupFamilyAffinity,
+  familyEndpoints,
+  isDualStack,
+  newFamilyBalancers,
+  primaryFamily,
+  setFamilyAffinity,
+  setFamilyEndpoints,
+} from './family-balancers.ts';
 import type { PortAllocator } from './port-allocator.ts';
+import { type FamilyPortalEndpoints, portalEndpoints } from './portal-endpoints.ts';
 
-/** A service port and the proxy port its traffic should be sent to. */
-export type PortalSpec = { readonly servicePort: ServicePort; readonly proxyPort: number };
+export type { PortalSpec } from '../netfilter/rules.ts';
 
 /** Writes the rules that send service traffic to proxy ports (iptables), or nothing (--no-iptables). */
 export interface PortalProgrammer {
   /** `full`: rewrite everything (start, periodic repair, after a failure); else only what changed. */
-  sync(
-    portals: readonly PortalSpec[],
-    options: { full: boolean; removedUDP: readonly ServicePort[] },
-  ): Promise<void>;
+  sync(portals: readonly PortalSpec[], options: PortalSyncOptions & { full: boolean }): Promise<void>;
   /**
    * Only the portals of `changed` service ports (undefined: it has none any more) differ from the last
    * sync or update: apply them without looking at the others (`all()` is for a state it does not
@@ -43,9 +49,17 @@ export interface PortalProgrammer {
   update?(
     changed: ReadonlyMap<ServicePortKey, PortalSpec | undefined>,
     all: () => readonly PortalSpec[],
-    options: { removedUDP: readonly ServicePort[] },
+    options: PortalSyncOptions,
   ): Promise<void>;
 }
+
+export type PortalSyncOptions = {
+  /**
+   * Part of the proxier's first sync: the state the kernel holds (rules, conntrack entries) comes from
+   * before this process, so nothing is concluded from what changed (e.g. no conntrack deletions).
+   */
+  readonly initial: boolean;
+};
 
 export const noPortals: PortalProgrammer = { sync: async () => {} };
 
@@ -103,12 +117,38 @@ export type ProxierDeps = {
   onProxyPortsChanged?: (ports: ReadonlyMap<string, number>) => void;
 };
 
-/** What runs for one service port. */
-type ServiceInfo = {
-  servicePort: ServicePort;
+/** The state-file key of a service port's local-list listener: its own key plus `/local`. */
+export function localProxyPortKey(key: string): string {
+  return `${key}/local`;
+}
+
+/**
+ * True when a service port needs a second listener for its node-local endpoint list: it uses both the
+ * cluster-wide and the local list (a Local traffic policy beside a Cluster one, or beside the
+ * short-circuit of externalTrafficPolicy Local).
+ */
+export function needsLocalListener(sp: ServicePort): boolean {
+  return usesClusterEndpoints(sp) && usesLocalEndpoints(sp);
+}
+
+/** A listener and what it serves: the second one of a service port that uses both endpoint lists. */
+type PolicyListener = {
   context: ServicePortContext;
   listener: TcpListener | UdpListener;
   proxyPort: number;
+};
+
+/** What runs for one service port. */
+type ServiceInfo = {
+  servicePort: ServicePort;
+  /** The listener of the cluster-wide list (the local list when that is the only one used). */
+  context: ServicePortContext;
+  listener: TcpListener | UdpListener;
+  proxyPort: number;
+  /** The local list's listener when the service port uses both lists (needsLocalListener). */
+  local: PolicyListener | undefined;
+  /** What the rules know of the endpoints (REJECT / DROP when a list is empty). */
+  endpoints: FamilyPortalEndpoints;
   /**
    * The NodePort held open (and served) so no other process can take a port our rules hijack;
    * `hosts` = the addresses held, space-separated (when they change, it is claimed again).
@@ -128,6 +168,11 @@ export type ServicePortStatus = {
   proxyPort: number;
   endpoints: readonly Endpoint[];
   context: ServicePortContext;
+  /** The local list's listener, when the service port has a second one; 0 and [] otherwise. */
+  localProxyPort: number;
+  localEndpoints: readonly Endpoint[];
+  /** What the rules know of the endpoints, per family (REJECT / DROP when a list is empty). */
+  portalEndpoints: FamilyPortalEndpoints;
 };
 
 export type SyncResult = {
@@ -189,21 +234,22 @@ export class Proxier {
   /** Every running service port's proxy port, keyed `ns/name:port/PROTO` (the preferredPorts format). */
   proxyPorts(): Map<string, number> {
     const out = new Map<string, number>();
-    for (const [key, info] of this.#services) out.set(key, info.proxyPort);
+    for (const [key, info] of this.#services) {
+      out.set(key, info.proxyPort);
+      if (info.local !== undefined) out.set(localProxyPortKey(key), info.local.proxyPort);
+    }
     return out;
+  }
+
+  /** True when endpoint changes applied without a sync (0 <-> N) changed what the rules must say. */
+  get portalsPending(): boolean {
+    return this.#portalChanges.size > 0;
   }
 
   /** Service ports that are running, with their proxy ports and current endpoints. */
   status(): ServicePortStatus[] {
     const out: ServicePortStatus[] = [];
-    for (const info of this.#services.values()) {
-      out.push({
-        servicePort: info.servicePort,
-        proxyPort: info.proxyPort,
-        endpoints: info.context.balancer.endpoints,
-        context: info.context,
-      });
-    }
+    for (const info of this.#services.values()) out.push(statusOf(info));
     return out;
   }
 
@@ -214,13 +260,7 @@ export class Proxier {
 
   get(key: ServicePortKey): ServicePortStatus | undefined {
     const info = this.#services.get(key);
-    if (info === undefined) return undefined;
-    return {
-      servicePort: info.servicePort,
-      proxyPort: info.proxyPort,
-      endpoints: info.context.balancer.endpoints,
-      context: info.context,
-    };
+    return info === undefined ? undefined : statusOf(info);
   }
 
   /** Forces the next sync to be a full one (e.g. rules were found missing). */
@@ -279,7 +319,7 @@ export class Proxier {
     this.#snapshot = snapshot;
     let opened = 0;
     let closed = 0;
-    const removedUDP: ServicePort[] = [];
+    const initial = this.lastSyncMs === 0;
 
     // Removed service ports: close their listeners (established TCP connections keep running).
     for (const key of snapshot.changedServicePorts) {
@@ -288,7 +328,6 @@ export class Proxier {
       const info = this.#services.get(key);
       if (info === undefined) continue;
       await this.#stop(info);
-      if (info.servicePort.protocol === 'UDP') removedUDP.push(info.servicePort);
       closed++;
       if (yielder.due) await yielder.turn();
       if (this.#closed) return undefined;
@@ -306,8 +345,17 @@ export class Proxier {
         continue;
       }
       const info = this.#services.get(key);
-      if (info !== undefined) this.#update(info, servicePort);
-      else toStart.push(servicePort);
+      if (info === undefined) toStart.push(servicePort);
+      else if (isDualStack(info.servicePort) !== isDualStack(servicePort)) {
+        // Its balancers are per family: a service port that gains or loses a family starts anew.
+        await this.#stop(info);
+        toStart.push(servicePort);
+      } else {
+        this.#update(info, servicePort, snapshot.endpoints.get(key));
+        if (needsLocalListener(servicePort) !== (info.local !== undefined))
+          await this.#reconcileLocal(info, snapshot.endpoints.get(key));
+      }
+      if (this.#closed) return undefined;
     }
     // Many new service ports (a cold start): their ports are allocated first and the rules written
     // while the listeners bind (a restore of 10,000 service ports takes ~0.8 s of kernel time, binding
@@ -317,14 +365,21 @@ export class Proxier {
     if (toStart.length >= OVERLAP_MIN_SERVICE_PORTS && this.#portals !== noPortals) {
       const plannedPortals = this.portals();
       for (const sp of toStart) {
+        // A second listener is not planned: such service ports get their rules from the delta below.
+        if (needsLocalListener(sp)) continue;
         const port = this.#planPort(sp);
         if (port === undefined) continue;
         planned.set(sp.key, port);
         // Its NodePort is not held yet: no NodePort rules until it is (see portals()).
         const unclaimed = this.#options.claimNodePorts === true && sp.nodePort !== 0;
-        plannedPortals.push({ servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp, proxyPort: port });
+        plannedPortals.push({
+          servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp,
+          proxyPort: port,
+          localProxyPort: 0,
+          endpoints: portalEndpoints(snapshot.endpoints.get(sp.key)),
+        });
       }
-      early = this.#portals.sync(plannedPortals, { full, removedUDP }).then(
+      early = this.#portals.sync(plannedPortals, { full, initial }).then(
         () => undefined,
         (err: unknown) => err ?? new Error('portal sync failed'),
       );
@@ -349,17 +404,18 @@ export class Proxier {
 
     const now = this.#clock.now();
     const claimHosts = this.#options.nodePortHosts?.() ?? [this.#options.listenHost];
-    const claimKey = claimHosts.join(' ');
     // The rules depend on service ports, their proxy ports and NodePort claims only (#portalChanges): a
     // sync that changed none of them (an affinity change) does not touch iptables.
     for (const info of this.#services.values()) {
-      info.context.balancer.cleanupStaleStickySessions(now);
+      cleanupFamilyAffinity(info.context.balancers, now);
+      if (info.local !== undefined) cleanupFamilyAffinity(info.local.context.balancers, now);
       if (this.#options.claimNodePorts && info.servicePort.nodePort !== 0) {
         const before = info.nodePortClaim;
+        const hosts = nodePortHostsFor(info.servicePort, claimHosts);
         // The node's addresses changed: hold the NodePort where the rules now match.
-        if (info.nodePortClaim !== undefined && info.nodePortClaim.hosts !== claimKey)
+        if (info.nodePortClaim !== undefined && info.nodePortClaim.hosts !== hosts.join(' '))
           await this.#releaseNodePort(info);
-        if (info.nodePortClaim === undefined) await this.#claimNodePort(info, claimHosts);
+        if (info.nodePortClaim === undefined) await this.#claimNodePort(info, hosts);
         if (info.nodePortClaim !== before) this.#portalChanges.add(info.servicePort.key);
       }
       if (yielder.due) await yielder.turn();
@@ -371,9 +427,9 @@ export class Proxier {
       if (err !== undefined) throw err;
       // What changed since the early restore (a listener on another port, a failure, NodePort claims):
       // a delta, usually empty.
-      await this.#programPortals(false, []);
-    } else if (full || this.#portalChanges.size > 0 || removedUDP.length > 0) {
-      await this.#programPortals(full, removedUDP);
+      await this.#programPortals(false, initial);
+    } else if (full || this.#portalChanges.size > 0) {
+      await this.#programPortals(full, initial);
     }
     if (full) this.#lastFullSyncMs = started;
     this.#needFullSync = false;
@@ -398,8 +454,26 @@ export class Proxier {
   #applyEndpoints(snapshot: Snapshot): void {
     for (const key of snapshot.changedEndpoints) {
       const info = this.#services.get(key);
-      if (info !== undefined)
-        info.context.balancer.setEndpoints(clusterEndpoints(snapshot.endpoints.get(key)));
+      if (info !== undefined) this.#applyEndpointsTo(info, snapshot.endpoints.get(key));
+    }
+  }
+
+  /**
+   * Hands a service port's listeners their lists; UDP sessions to endpoints that left are closed. When
+   * a list becomes empty or stops being empty, the rules must change (REJECT / DROP instead of NAT).
+   */
+  #applyEndpointsTo(info: ServiceInfo, eps: ServicePortEndpoints | undefined): void {
+    if (setFamilyEndpoints(info.context.balancers, primaryList(info.servicePort, eps)))
+      endpointsChanged(info.listener);
+    if (info.local !== undefined && setFamilyEndpoints(info.local.context.balancers, eps?.local ?? []))
+      endpointsChanged(info.local.listener);
+    // NodePort claims share a context with one of the two: their UDP sessions follow it.
+    for (const l of info.nodePortClaim?.listeners ?? []) endpointsChanged(l);
+    const flags = portalEndpoints(eps, info.endpoints);
+    if (flags !== info.endpoints) {
+      info.endpoints = flags;
+      info.portal = undefined;
+      this.#portalChanges.add(info.servicePort.key);
     }
   }
 
@@ -407,17 +481,17 @@ export class Proxier {
    * Programs the rules: everything when `full`, else only the service ports in #portalChanges (a
    * delta that does not look at the 10,000 others). On failure the runner asks for a full sync.
    */
-  async #programPortals(full: boolean, removedUDP: readonly ServicePort[]): Promise<void> {
+  async #programPortals(full: boolean, initial: boolean): Promise<void> {
     const update = this.#portals.update?.bind(this.#portals);
     if (full || update === undefined) {
-      await this.#portals.sync(this.portals(), { full, removedUDP });
+      await this.#portals.sync(this.portals(), { full, initial });
     } else {
       const changed = new Map<ServicePortKey, PortalSpec | undefined>();
       for (const key of this.#portalChanges) {
         const info = this.#services.get(key);
         changed.set(key, info === undefined ? undefined : this.#portalOf(info));
       }
-      await update(changed, () => this.portals(), { removedUDP });
+      await update(changed, () => this.portals(), { initial });
     }
     this.#portalChanges.clear();
   }
@@ -436,14 +510,21 @@ export class Proxier {
     const unclaimed =
       this.#options.claimNodePorts === true && sp.nodePort !== 0 && info.nodePortClaim?.port !== sp.nodePort;
     const cached = info.portal;
-    // #update drops the cache when the service port changes; what is left is the NodePort claim.
+    const localProxyPort = info.local?.proxyPort ?? 0;
+    // #update and endpoint flips drop the cache; what is left is the NodePort claim and the listeners.
     if (
       cached !== undefined &&
       cached.proxyPort === info.proxyPort &&
+      cached.localProxyPort === localProxyPort &&
       unclaimed !== (cached.servicePort === sp)
     )
       return cached;
-    const portal = { servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp, proxyPort: info.proxyPort };
+    const portal: PortalSpec = {
+      servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp,
+      proxyPort: info.proxyPort,
+      localProxyPort,
+      endpoints: info.endpoints,
+    };
     info.portal = portal;
     return portal;
   }
@@ -459,11 +540,22 @@ export class Proxier {
   async #claimNodePort(info: ServiceInfo, hosts: readonly string[]): Promise<void> {
     const port = info.servicePort.nodePort;
     const listeners: (TcpListener | UdpListener)[] = [];
+    // NodePort traffic is external: under externalTrafficPolicy Local it is served from the local list.
+    const context =
+      info.servicePort.externalPolicyLocal && info.local !== undefined ? info.local.context : info.context;
+    // An IPv6-only service port held on `::` must not answer IPv4 (no IPv4 rule, no IPv4 endpoint).
+    const v6Only = !isDualStack(info.servicePort) && primaryFamily(info.servicePort) === 'IPv6';
     try {
       for (const host of hosts) {
-        const listener = this.#createListener(info.context, host);
+        const ipv6Only = v6Only && host === '::';
+        const listener = this.#createListener(context, host, ipv6Only);
         listeners.push(listener);
-        await listener.listen(host, port);
+        await listener.listen(host, port, ipv6Only);
+      }
+      if (this.#closed) {
+        // Closed while these were binding: nothing is left to serve them.
+        for (const l of listeners) l.destroy();
+        return;
       }
       info.nodePortClaim = { port, hosts: hosts.join(' '), listeners };
       if (info.nodePortError !== undefined)
@@ -518,22 +610,30 @@ export class Proxier {
     endpoints: ServicePortEndpoints | undefined,
     planned?: number,
   ): Promise<boolean> {
-    const balancer = new RoundRobinBalancer(Math.random, this.#options.outlier);
-    balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
-    balancer.setEndpoints(clusterEndpoints(endpoints));
-    const context: ServicePortContext = {
-      name: servicePort.name,
-      protocol: servicePort.protocol,
-      balancer,
-      stats: newServicePortStats(),
-      observer: this.#observerFor(servicePort),
-    };
+    const stats = newServicePortStats();
+    const observer = this.#observerFor(servicePort);
+    const context = this.#newContext(servicePort, stats, observer);
+    setFamilyEndpoints(context.balancers, primaryList(servicePort, endpoints));
     try {
-      const { listener, port } = await this.#listen(context, planned);
+      const { listener, port } = await this.#listen(context, servicePort.key, planned);
+      let local: PolicyListener | undefined;
+      if (needsLocalListener(servicePort)) {
+        try {
+          local = await this.#openLocal(servicePort, stats, observer, endpoints);
+        } catch (err) {
+          listener.destroy();
+          this.#allocator.release(port);
+          throw err;
+        }
+      }
       if (this.#closed) {
         // Closed while this one was binding: it is not ours to keep.
         listener.destroy();
         this.#allocator.release(port);
+        if (local !== undefined) {
+          local.listener.destroy();
+          this.#allocator.release(local.proxyPort);
+        }
         return false;
       }
       this.#portalChanges.add(servicePort.key);
@@ -542,6 +642,8 @@ export class Proxier {
         context,
         listener,
         proxyPort: port,
+        local,
+        endpoints: portalEndpoints(endpoints),
         nodePortClaim: undefined,
         nodePortError: undefined,
         portal: undefined,
@@ -550,27 +652,102 @@ export class Proxier {
       if (this.#failed.delete(servicePort.key))
         this.#log.info({ service: servicePort.key, proxyPort: port }, 'Service port recovered');
       this.#log.info(
-        { service: servicePort.key, proxyPort: port, endpoints: balancer.endpoints.length },
+        {
+          service: servicePort.key,
+          proxyPort: port,
+          endpoints: familyEndpoints(context.balancers).length,
+          ...(local === undefined
+            ? {}
+            : {
+                localProxyPort: local.proxyPort,
+                localEndpoints: familyEndpoints(local.context.balancers).length,
+              }),
+        },
         'Opened service port',
       );
       return true;
     } catch (err) {
-      const error = isProxyError(err)
-        ? err
-        : new ProxyError(
-            'KUP_ERR_LISTEN',
-            `cannot open a listener for ${servicePort.key}: ${(err as Error).message}`,
-            { cause: err },
-          );
-      const known = this.#failed.get(servicePort.key);
-      if (known?.message !== error.message) {
-        this.#log.error(
-          { service: servicePort.key, err: { code: error.code, message: error.message } },
-          'Failed to open service port',
-        );
-      }
-      this.#failed.set(servicePort.key, error);
+      this.#recordFailure(servicePort, err);
       return false;
+    }
+  }
+
+  #recordFailure(servicePort: ServicePort, err: unknown): void {
+    const error = isProxyError(err)
+      ? err
+      : new ProxyError(
+          'KUP_ERR_LISTEN',
+          `cannot open a listener for ${servicePort.key}: ${(err as Error).message}`,
+          { cause: err },
+        );
+    const known = this.#failed.get(servicePort.key);
+    if (known?.message !== error.message) {
+      this.#log.error(
+        { service: servicePort.key, err: { code: error.code, message: error.message } },
+        'Failed to open service port',
+      );
+    }
+    this.#failed.set(servicePort.key, error);
+  }
+
+  /** A context for one listener of `sp`: its own balancers, the service port's counters and observer. */
+  #newContext(sp: ServicePort, stats: ServicePortStats, observer: ConnectionObserver): ServicePortContext {
+    const balancers = newFamilyBalancers(sp, this.#options.outlier);
+    return {
+      name: sp.name,
+      protocol: sp.protocol,
+      balancer: balancers[primaryFamily(sp)],
+      balancers,
+      stats,
+      observer,
+    };
+  }
+
+  /** Opens the listener of the local list (the service port's counters and observer are shared). */
+  async #openLocal(
+    sp: ServicePort,
+    stats: ServicePortStats,
+    observer: ConnectionObserver,
+    endpoints: ServicePortEndpoints | undefined,
+  ): Promise<PolicyListener> {
+    const context = this.#newContext(sp, stats, observer);
+    setFamilyEndpoints(context.balancers, endpoints?.local ?? []);
+    const { listener, port } = await this.#listen(context, localProxyPortKey(sp.key));
+    return { context, listener, proxyPort: port };
+  }
+
+  /**
+   * Opens or closes the local list's listener after a traffic policy changed. A failure to open it
+   * stops the whole service port (its external traffic must not be spread over the cluster instead),
+   * which is retried at the next sync.
+   */
+  async #reconcileLocal(info: ServiceInfo, endpoints: ServicePortEndpoints | undefined): Promise<void> {
+    const sp = info.servicePort;
+    // NodePort claims serve with the external context, which changes with the local listener.
+    await this.#releaseNodePort(info);
+    info.portal = undefined;
+    this.#portalChanges.add(sp.key);
+    this.#portsChanged = true;
+    const before = info.local;
+    if (before !== undefined) {
+      info.local = undefined;
+      await before.listener.close();
+      this.#allocator.release(before.proxyPort);
+      this.#log.info({ service: sp.key, localProxyPort: before.proxyPort }, 'Closed local service port');
+      return;
+    }
+    try {
+      const local = await this.#openLocal(sp, info.context.stats, info.context.observer, endpoints);
+      if (this.#closed) {
+        local.listener.destroy();
+        this.#allocator.release(local.proxyPort);
+        return;
+      }
+      info.local = local;
+      this.#log.info({ service: sp.key, localProxyPort: info.local.proxyPort }, 'Opened local service port');
+    } catch (err) {
+      await this.#stop(info);
+      this.#recordFailure(sp, err);
     }
   }
 
@@ -593,13 +770,14 @@ export class Proxier {
    */
   async #listen(
     context: ServicePortContext,
+    preferredKey: string,
     planned?: number,
   ): Promise<{ listener: TcpListener | UdpListener; port: number }> {
     const attempts = this.#allocator.isKernelChosen ? 1 : (this.#options.bindAttempts ?? 16);
     const busy = new Set<number>();
     let lastError: unknown;
     // The port a previous process used for this service port, while it is free: its rules stay valid.
-    const preferred = planned ?? this.#preferredPorts.get(`${context.name}/${context.protocol}`);
+    const preferred = planned ?? this.#preferredPorts.get(preferredKey);
     if (
       preferred !== undefined &&
       (planned !== undefined || this.#allocator.isKernelChosen || this.#allocator.allocate(preferred))
@@ -631,7 +809,7 @@ export class Proxier {
         // Once per failure, not on every retry: the failure itself is logged once (#start).
         if (!this.#failed.has(`${context.name}/${context.protocol}` as ServicePortKey))
           this.#log.warn(
-            { service: context.name, port },
+            { service: preferredKey, port },
             'Proxy port in use by another process, trying another',
           );
       }
@@ -639,14 +817,18 @@ export class Proxier {
     const held = busy.size > 0 ? ` (ports held by other processes: ${[...busy].join(', ')})` : '';
     throw new ProxyError(
       'KUP_ERR_LISTEN',
-      `cannot listen for ${context.name}/${context.protocol}: ${(lastError as Error).message}${held}`,
+      `cannot listen for ${preferredKey}: ${(lastError as Error).message}${held}`,
       {
         cause: lastError,
       },
     );
   }
 
-  #createListener(context: ServicePortContext, host = this.#options.listenHost): TcpListener | UdpListener {
+  #createListener(
+    context: ServicePortContext,
+    host = this.#options.listenHost,
+    ipv6Only = false,
+  ): TcpListener | UdpListener {
     const deps = {
       log: this.#log,
       connect: this.#connect,
@@ -655,17 +837,28 @@ export class Proxier {
       budget: this.udpBudget,
     };
     if (context.protocol === 'TCP') return new TcpListener(context, this.#options.tcp, deps);
-    return new UdpListener(context, this.#options.udp, deps, host.includes(':') ? 'udp6' : 'udp4');
+    return new UdpListener(context, this.#options.udp, deps, host.includes(':') ? 'udp6' : 'udp4', ipv6Only);
   }
 
-  #update(info: ServiceInfo, servicePort: ServicePort): void {
+  #update(info: ServiceInfo, servicePort: ServicePort, endpoints: ServicePortEndpoints | undefined): void {
     const before = info.servicePort;
     info.servicePort = servicePort;
     info.portal = undefined;
     this.#portalChanges.add(servicePort.key);
-    info.context.balancer.setAffinity(servicePort.sessionAffinity, servicePort.stickyMaxAgeSeconds);
-    if (before.trace !== servicePort.trace) info.context.observer = this.#observerFor(servicePort);
-    if (before.nodePort !== servicePort.nodePort && info.nodePortClaim !== undefined)
+    setFamilyAffinity(info.context.balancers, servicePort);
+    if (info.local !== undefined) setFamilyAffinity(info.local.context.balancers, servicePort);
+    if (before.trace !== servicePort.trace) {
+      info.context.observer = this.#observerFor(servicePort);
+      if (info.local !== undefined) info.local.context.observer = info.context.observer;
+    }
+    // A policy change moves the primary listener between the lists.
+    this.#applyEndpointsTo(info, endpoints);
+    // A claim serves with the external context, which follows externalTrafficPolicy: re-claimed below.
+    if (
+      (before.nodePort !== servicePort.nodePort ||
+        before.externalPolicyLocal !== servicePort.externalPolicyLocal) &&
+      info.nodePortClaim !== undefined
+    )
       void this.#releaseNodePort(info);
     if (!samePortals(before, servicePort))
       this.#log.info({ service: servicePort.key }, 'Service port changed');
@@ -678,6 +871,10 @@ export class Proxier {
     await info.listener.close();
     await this.#releaseNodePort(info);
     this.#allocator.release(info.proxyPort);
+    if (info.local !== undefined) {
+      await info.local.listener.close();
+      this.#allocator.release(info.local.proxyPort);
+    }
     this.#log.info({ service: info.servicePort.key, proxyPort: info.proxyPort }, 'Closed service port');
   }
 
@@ -690,8 +887,10 @@ export class Proxier {
     await Promise.all(
       all.map(async (info) => {
         await info.listener.close();
+        await info.local?.listener.close();
         await Promise.all(info.nodePortClaim?.listeners.map((l) => l.close()) ?? []);
         this.#allocator.release(info.proxyPort);
+        if (info.local !== undefined) this.#allocator.release(info.local.proxyPort);
       }),
     );
   }
@@ -702,10 +901,12 @@ export class Proxier {
     for (const info of this.#services.values()) {
       this.#draining.add(info);
       this.#allocator.release(info.proxyPort);
+      if (info.local !== undefined) this.#allocator.release(info.local.proxyPort);
     }
     this.#services.clear();
     for (const info of this.#draining) {
       info.listener.destroy();
+      info.local?.listener.destroy();
       for (const l of info.nodePortClaim?.listeners ?? []) l.destroy();
     }
     this.#draining.clear();
@@ -730,6 +931,40 @@ export class Proxier {
   }
 }
 
-function clusterEndpoints(endpoints: ServicePortEndpoints | undefined): readonly Endpoint[] {
-  return endpoints?.cluster ?? [];
+function statusOf(info: ServiceInfo): ServicePortStatus {
+  return {
+    servicePort: info.servicePort,
+    proxyPort: info.proxyPort,
+    endpoints: familyEndpoints(info.context.balancers),
+    context: info.context,
+    localProxyPort: info.local?.proxyPort ?? 0,
+    localEndpoints: info.local === undefined ? [] : familyEndpoints(info.local.context.balancers),
+    portalEndpoints: info.endpoints,
+  };
+}
+
+/** The list the primary listener serves: the cluster-wide one, or the local one when it is the only one used. */
+function primaryList(sp: ServicePort, eps: ServicePortEndpoints | undefined): readonly Endpoint[] {
+  if (eps === undefined) return [];
+  return usesClusterEndpoints(sp) ? eps.cluster : eps.local;
+}
+
+/** UDP sessions to endpoints that left the list are closed: the client's next datagram picks again. */
+function endpointsChanged(listener: TcpListener | UdpListener): void {
+  listener.endpointsChanged();
+}
+
+/**
+ * Where a service port's NodePort is held: `hosts`, except that a single-stack service port is not
+ * held on the other family (a wildcard `::` listener would answer an IPv4-only service over IPv6).
+ */
+export function nodePortHostsFor(sp: ServicePort, hosts: readonly string[]): string[] {
+  if (isDualStack(sp)) return [...hosts];
+  const v6 = primaryFamily(sp) === 'IPv6';
+  const out: string[] = [];
+  for (const host of hosts) {
+    if (host === '::' && !v6) out.push('0.0.0.0');
+    else if (host === '::' || host.includes(':') === v6) out.push(host);
+  }
+  return out;
 }

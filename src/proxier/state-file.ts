@@ -12,7 +12,8 @@ import type { Logger } from '../log.ts';
 const MAX_FILE_BYTES = 16 << 20;
 const VERSION = 1;
 /** `ns/name:port/PROTO` with the characters names can hold; anything else is not ours. */
-const KEY = /^[a-z0-9.-]{1,253}\/[a-z0-9.-]{1,253}:[a-z0-9-]{0,63}\/(?:TCP|UDP|SCTP)$/;
+// A service port's key, `/local` after it for its local-list listener (see localProxyPortKey).
+const KEY = /^[a-z0-9.-]{1,253}\/[a-z0-9.-]{1,253}:[a-z0-9-]{0,63}\/(?:TCP|UDP|SCTP)(?:\/local)?$/;
 
 /** The file's content: `{"version": 1, "proxyPorts": {"ns/name:port/TCP": 34567, ...}}`. */
 export type StateFileContent = { version: number; proxyPorts: Record<string, number> };

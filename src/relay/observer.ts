@@ -16,6 +16,8 @@ export type CloseReason =
   | 'connect-failed'
   | 'service-removed'
   | 'evicted'
+  /** A UDP session whose endpoint left the service port's endpoints (closed so the next datagram picks again). */
+  | 'endpoint-removed'
   | 'shutdown';
 
 export type ConnectAttempt = { endpoint: string; error: string };

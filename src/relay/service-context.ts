@@ -1,7 +1,8 @@
-// What a listener needs to know about its service port, read once per connection: the balancer
-// (updated in place by the proxier), counters (plain fields, read by metrics on scrape) and the observer.
+// What a listener needs to know about its service port, read once per connection: the balancer of the
+// client's family (updated in place by the proxier), counters (plain fields, read by metrics on scrape)
+// and the observer.
 import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
-import type { ServicePortName } from '../state/service-port.ts';
+import type { IPFamily, ServicePortName } from '../state/service-port.ts';
 import type { ConnectionObserver } from './observer.ts';
 
 export type ServicePortStats = {
@@ -19,6 +20,8 @@ export type ServicePortStats = {
   /** Endpoint picks by endpoint key (`ip:port`). */
   picks: Map<string, number>;
   udpSessionsEvicted: number;
+  /** UDP sessions closed because their endpoint left the balancer (the next datagram picks again). */
+  udpSessionsEndpointRemoved: number;
   udpDatagramsDropped: number;
   /** Endpoints ejected by passive outlier detection. */
   ejections: number;
@@ -40,16 +43,26 @@ export function newServicePortStats(): ServicePortStats {
     connectFailures: {},
     picks: new Map(),
     udpSessionsEvicted: 0,
+    udpSessionsEndpointRemoved: 0,
     udpDatagramsDropped: 0,
     ejections: 0,
     rejected: {},
   };
 }
 
+/** One balancer per client family; a single-stack service port has the same instance under both. */
+export type FamilyBalancers = { readonly IPv4: RoundRobinBalancer; readonly IPv6: RoundRobinBalancer };
+
 export type ServicePortContext = {
   readonly name: ServicePortName;
   readonly protocol: 'TCP' | 'UDP';
+  /** The primary family's balancer: what status, metrics and debug pages read. */
   readonly balancer: RoundRobinBalancer;
+  /**
+   * What the relays pick from, by the client's family. NAT never changes the family, so the client's
+   * family is the original destination's: IPv4 ClusterIP traffic only reaches IPv4 endpoints.
+   */
+  readonly balancers: FamilyBalancers;
   readonly stats: ServicePortStats;
   observer: ConnectionObserver;
 };
@@ -57,6 +70,14 @@ export type ServicePortContext = {
 /** Counts one rejected connection or session under `reason`. */
 export function countRejected(stats: ServicePortStats, reason: string): void {
   stats.rejected[reason] = (stats.rejected[reason] ?? 0) + 1;
+}
+
+/**
+ * The family of a client address as the relays normalise it (`::ffff:a.b.c.d` already cut to
+ * `a.b.c.d`): one character scan, no allocation.
+ */
+export function clientFamily(address: string): IPFamily {
+  return address.includes(':') ? 'IPv6' : 'IPv4';
 }
 
 export function countPick(stats: ServicePortStats, key: string): void {

@@ -2,6 +2,7 @@
 // timeouts (never holding up other accepts), then relay both ways with backpressure and half-close.
 // Handlers are shared functions bound through a symbol on the socket: no closures per connection.
 import net from 'node:net';
+import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { Logger } from '../log.ts';
 import type { Endpoint } from '../state/endpoint.ts';
 import { FdPressure, isFdExhausted } from './fd-pressure.ts';
@@ -14,7 +15,7 @@ import {
 import type { CloseReason, ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
 import type { ServicePortContext } from './service-context.ts';
-import { countPick, countRejected } from './service-context.ts';
+import { clientFamily, countPick, countRejected } from './service-context.ts';
 
 /** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
 export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
@@ -77,6 +78,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
   readonly listener: TcpListener;
   readonly context: ServicePortContext;
   readonly observer: ConnectionObserver;
+  /** The balancer of the client's family, for everything about this connection. */
+  readonly balancer: RoundRobinBalancer;
   readonly client: ConnSocket;
   readonly clientAddress: string;
   readonly clientPort: number;
@@ -107,6 +110,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
     this.observer = listener.context.observer;
     this.client = client;
     this.clientAddress = normalizeAddress(client.remoteAddress);
+    this.balancer = listener.context.balancers[clientFamily(this.clientAddress)];
     this.clientPort = client.remotePort ?? 0;
     this.startMs = now;
   }
@@ -130,7 +134,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
 
   /** Picks an endpoint and starts a connect attempt; closes the client when none is left. */
   dial(): void {
-    const { balancer, stats } = this.context;
+    const balancer = this.balancer;
+    const stats = this.context.stats;
     const now = this.listener.now();
     let endpoint = balancer.pick(this.clientAddress, now, this.attempt > 0);
     // A retry goes to an endpoint this connection has not failed on yet, while there is one.
@@ -148,14 +153,17 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
         if (log.isLevelEnabled('debug'))
           log.debug(
             { service: this.context.name, client: this.clientAddress },
-            'No endpoints, connection closed',
+            'No endpoints, connection reset',
           );
         this.finish('no-endpoints');
+        // The nearest a listener gets to kube-proxy's REJECT (connection refused): an RST, so the
+        // client sees ECONNRESET at once instead of a clean, empty response.
+        this.client.resetAndDestroy();
       } else {
         stats.connectFailed++;
         this.finish('connect-failed');
+        this.client.destroy();
       }
-      this.client.destroy();
       return;
     }
     countPick(stats, endpoint.key);
@@ -187,7 +195,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
     const upstream = this.upstream!;
     const endpoint = this.endpoint!;
     const reason = connectErrorReason(err);
-    const { stats, balancer } = this.context;
+    const stats = this.context.stats;
+    const balancer = this.balancer;
     stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
     this.failedAttempts.push({ endpoint: endpoint.key, error: err.code ?? err.message });
     if (isFdExhausted(err)) {
@@ -248,7 +257,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
     const upstream = this.upstream!;
     const client = this.client;
     this.state = OPEN;
-    this.context.balancer.reportSuccess(this.endpoint!);
+    this.balancer.reportSuccess(this.endpoint!);
     this.listener.fdPressure.relieved();
     const idle = this.listener.options.idleTimeoutMs;
     upstream.setTimeout(idle);
@@ -492,8 +501,11 @@ export class TcpListener implements KeepAliveSource {
     return this.#closed;
   }
 
-  /** Binds and listens; rejects with the socket error (EADDRINUSE, EACCES...). */
-  listen(host: string, port: number): Promise<void> {
+  /**
+   * Binds and listens; rejects with the socket error (EADDRINUSE, EACCES...). `ipv6Only`: a `::`
+   * listener that does not also answer IPv4 (the NodePort of an IPv6-only Service).
+   */
+  listen(host: string, port: number, ipv6Only = false): Promise<void> {
     return new Promise((resolve, reject) => {
       const onError = (err: Error) => {
         this.server.off('listening', onListening);
@@ -517,6 +529,7 @@ export class TcpListener implements KeepAliveSource {
         port,
         backlog: this.options.backlog,
         exclusive: true,
+        ipv6Only,
         reusePort: this.options.reusePort === true,
       });
     });
@@ -560,6 +573,14 @@ export class TcpListener implements KeepAliveSource {
         'Connection limit reached, closing new connections',
       );
     }
+  }
+
+  /**
+   * The UDP listener's hook, for a caller that treats listeners alike: TCP connections to an endpoint
+   * that left keep running (as kube-proxy), so this closes nothing and returns 0.
+   */
+  endpointsChanged(): number {
+    return 0;
   }
 
   /** Stops accepting. Established connections keep running until they end (as kube-proxy). */

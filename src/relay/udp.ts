@@ -1,15 +1,18 @@
 // UDP data path: one service socket per service port; one session per client ip:port with its own
 // connected upstream socket; replies go back out through the service socket (so REDIRECT/DNAT
 // conntrack rewrites their source to ClusterIP:port). Sessions expire after --udp-timeout without
-// traffic either way, and are capped per service port and in total (the idlest is evicted).
+// traffic either way, and are capped per service port and in total (the idlest is evicted), and are
+// closed at once when their endpoint leaves the balancer (endpointsChanged).
 import dgram from 'node:dgram';
+import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { Logger } from '../log.ts';
-import type { Endpoint } from '../state/endpoint.ts';
+import type { Endpoint, EndpointKey } from '../state/endpoint.ts';
+import type { IPFamily } from '../state/service-port.ts';
 import { FdPressure, isFdExhausted } from './fd-pressure.ts';
 import type { CloseReason, ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
 import type { ServicePortContext } from './service-context.ts';
-import { countPick, countRejected } from './service-context.ts';
+import { clientFamily, countPick, countRejected } from './service-context.ts';
 import type { Sweepable, Sweeper } from './sweeper.ts';
 import { sessionSweeper } from './sweeper.ts';
 
@@ -58,6 +61,10 @@ class UdpSession implements ConnectionInfo {
   /** The address as the service socket saw it (`::ffff:` form on a dual-stack socket): replies go there. */
   readonly replyAddress: string;
   readonly clientPort: number;
+  /** The client's family, which picks the balancer (the original destination's family). */
+  readonly family: IPFamily;
+  /** The balancer the endpoint came from: failures and successes are reported to it. */
+  readonly balancer: RoundRobinBalancer;
   readonly endpoint: Endpoint;
   readonly upstream: SessionSocket;
   readonly startMs: number;
@@ -76,7 +83,10 @@ class UdpSession implements ConnectionInfo {
     listener: UdpListener,
     key: string,
     address: string,
+    clientAddress: string,
     port: number,
+    family: IPFamily,
+    balancer: RoundRobinBalancer,
     endpoint: Endpoint,
     now: number,
   ) {
@@ -85,9 +95,11 @@ class UdpSession implements ConnectionInfo {
     // Fixed for the session's life: a tracing change of the service port applies to new sessions.
     this.observer = listener.context.observer;
     this.key = key;
-    this.clientAddress = normalizeAddress(address);
+    this.clientAddress = clientAddress;
     this.replyAddress = address;
     this.clientPort = port;
+    this.family = family;
+    this.balancer = balancer;
     this.endpoint = endpoint;
     this.startMs = now;
     this.lastActivityMs = now;
@@ -149,7 +161,7 @@ function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
   const listener = session.listener;
   session.lastActivityMs = listener.now();
   // The first reply proves the endpoint alive (UDP has no connect to succeed).
-  if (session.bytesToClient === 0) session.context.balancer.reportSuccess(session.endpoint);
+  if (session.bytesToClient === 0) session.balancer.reportSuccess(session.endpoint);
   session.bytesToClient += msg.length;
   listener.socket.send(msg, session.clientPort, session.replyAddress);
   // After the send, as the TCP relay does: tracing never delays a reply.
@@ -163,7 +175,8 @@ function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void 
   // ICMP port unreachable surfaces as ECONNREFUSED on a connected socket: the endpoint is gone. Drop
   // the session and the client's affinity, so its next datagram picks again (legacy kept sending).
   const reason = connectErrorReason(err);
-  const { stats, balancer } = session.context;
+  const { stats } = session.context;
+  const balancer = session.balancer;
   stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
   session.failedAttempts.push({ endpoint: session.endpoint.key, error: err.code ?? err.message });
   if (isFdExhausted(err)) {
@@ -234,6 +247,12 @@ export class UdpSessionBudget {
   }
 }
 
+function endpointKeys(balancer: RoundRobinBalancer): Set<EndpointKey> {
+  const keys = new Set<EndpointKey>();
+  for (const e of balancer.endpoints) keys.add(e.key);
+  return keys;
+}
+
 /** The service socket of one UDP service port. */
 export class UdpListener implements Sweepable {
   readonly socket: dgram.Socket;
@@ -254,6 +273,8 @@ export class UdpListener implements Sweepable {
     options: UdpRelayOptions,
     deps: UdpRelayDeps,
     type: 'udp4' | 'udp6',
+    /** A `::` socket that does not also receive IPv4 (the NodePort of an IPv6-only Service). */
+    ipv6Only = false,
   ) {
     this.context = context;
     this.options = options;
@@ -262,7 +283,7 @@ export class UdpListener implements Sweepable {
     this.#sweeper = deps.sweeper ?? sessionSweeper;
     this.budget = deps.budget;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
-    this.socket = dgram.createSocket({ type, reuseAddr: false });
+    this.socket = dgram.createSocket({ type, reuseAddr: false, ipv6Only });
     this.socket.on('message', (msg, rinfo) => this.#onMessage(msg, rinfo));
   }
 
@@ -308,12 +329,15 @@ export class UdpListener implements Sweepable {
 
   #open(key: string, rinfo: dgram.RemoteInfo, now: number): UdpSession | undefined {
     const context = this.context;
-    const endpoint = context.balancer.pick(normalizeAddress(rinfo.address), now);
+    const clientAddress = normalizeAddress(rinfo.address);
+    const family = clientFamily(clientAddress);
+    const balancer = context.balancers[family];
+    const endpoint = balancer.pick(clientAddress, now);
     if (endpoint === undefined) {
+      // Counted, never logged: a client retrying at its own pace must not flood the log. Userspace
+      // cannot send the ICMP port unreachable kube-proxy's REJECT would (that needs a raw socket).
       context.stats.noEndpoints++;
       context.stats.udpDatagramsDropped++;
-      if (this.log.isLevelEnabled('debug'))
-        this.log.debug({ service: context.name, client: key }, 'No endpoints, datagram dropped');
       return undefined;
     }
     if (this.fdPressure.shedding(now)) {
@@ -324,7 +348,17 @@ export class UdpListener implements Sweepable {
     if (this.sessions.size >= this.options.maxSessions) this.#evictIdlest(now);
     this.budget?.makeRoom();
     countPick(context.stats, endpoint.key);
-    const session = new UdpSession(this, key, rinfo.address, rinfo.port, endpoint, now);
+    const session = new UdpSession(
+      this,
+      key,
+      rinfo.address,
+      clientAddress,
+      rinfo.port,
+      family,
+      balancer,
+      endpoint,
+      now,
+    );
     this.sessions.set(key, session);
     this.budget?.add(session);
     context.stats.accepted++;
@@ -348,6 +382,30 @@ export class UdpListener implements Sweepable {
       this.context.stats.udpSessionsEvicted++;
       victim.close('evicted');
     }
+  }
+
+  /**
+   * The proxier calls this after `setEndpoints` changed the set of a balancer of this listener's
+   * context (either family), or after it swapped the context. Closes, as `endpoint-removed`, every
+   * session whose endpoint is no longer in the current context's balancer for the session's family,
+   * so the client's next datagram opens a new session on a live endpoint. O(sessions + endpoints);
+   * nothing when there are no sessions. Returns how many sessions it closed.
+   */
+  endpointsChanged(): number {
+    if (this.sessions.size === 0) return 0;
+    const { balancers, stats } = this.context;
+    const v4 = endpointKeys(balancers.IPv4);
+    const v6 = balancers.IPv6 === balancers.IPv4 ? v4 : endpointKeys(balancers.IPv6);
+    let closed = 0;
+    // Map iteration tolerates deleting the visited entry (close() removes it).
+    for (const s of this.sessions.values()) {
+      if ((s.family === 'IPv4' ? v4 : v6).has(s.endpoint.key)) continue;
+      // The dropped session's affinity went with the endpoint (setEndpoints forgets it).
+      stats.udpSessionsEndpointRemoved++;
+      s.close('endpoint-removed');
+      closed++;
+    }
+    return closed;
   }
 
   sweep(nowMs: number): boolean {

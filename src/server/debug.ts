@@ -15,6 +15,12 @@ export type DebugServicePort = {
   externalIPs: readonly string[];
   loadBalancerIPs: readonly string[];
   endpoints: string[];
+  /**
+   * The listener of the node-local list, when the service port has one beside the cluster-wide list
+   * (externalTrafficPolicy / internalTrafficPolicy Local), and that list.
+   */
+  localProxyPort?: number;
+  localEndpoints?: string[];
   /** Endpoints skipped by outlier ejection, and when they come back. */
   ejected?: { endpoint: string; until: string }[];
   sessionAffinity: 'None' | 'ClientIP';
@@ -34,29 +40,38 @@ export function debugServices(
   failures: ReadonlyMap<ServicePortKey, ProxyError> = new Map(),
   nodePortErrors: ReadonlyMap<ServicePortKey, ProxyError> = new Map(),
 ): DebugServicePort[] {
-  const out: DebugServicePort[] = running.map(({ servicePort: sp, proxyPort, endpoints, context }) => ({
-    ...errorField(nodePortErrors.get(sp.key)),
-    service: sp.name,
-    protocol: sp.protocol,
-    clusterIP: sp.clusterIPs[0] ?? '',
-    clusterIPs: sp.clusterIPs,
-    port: sp.port,
-    proxyPort,
-    nodePort: sp.nodePort,
-    externalIPs: sp.externalIPs,
-    loadBalancerIPs: sp.loadBalancerIPs,
-    endpoints: endpoints.map((e) => e.key).sort(),
-    ...ejectedField(context.balancer.outlier?.ejected(Date.now())),
-    sessionAffinity: sp.sessionAffinity,
-    ...(sp.sessionAffinity === 'ClientIP' ? { stickyMaxAgeSeconds: sp.stickyMaxAgeSeconds } : {}),
-    connections: {
-      accepted: context.stats.accepted,
-      active: context.stats.active,
-      noEndpoints: context.stats.noEndpoints,
-      connectFailed: context.stats.connectFailed,
-      connectFailures: { ...context.stats.connectFailures },
-    },
-  }));
+  const out: DebugServicePort[] = running.map((status) => {
+    const { servicePort: sp, proxyPort, endpoints, context } = status;
+    return {
+      ...errorField(nodePortErrors.get(sp.key)),
+      service: sp.name,
+      protocol: sp.protocol,
+      clusterIP: sp.clusterIPs[0] ?? '',
+      clusterIPs: sp.clusterIPs,
+      port: sp.port,
+      proxyPort,
+      nodePort: sp.nodePort,
+      externalIPs: sp.externalIPs,
+      loadBalancerIPs: sp.loadBalancerIPs,
+      endpoints: endpoints.map((e) => e.key).sort(),
+      ...(status.localProxyPort === 0
+        ? {}
+        : {
+            localProxyPort: status.localProxyPort,
+            localEndpoints: status.localEndpoints.map((e) => e.key).sort(),
+          }),
+      ...ejectedField(context.balancer.outlier?.ejected(Date.now())),
+      sessionAffinity: sp.sessionAffinity,
+      ...(sp.sessionAffinity === 'ClientIP' ? { stickyMaxAgeSeconds: sp.stickyMaxAgeSeconds } : {}),
+      connections: {
+        accepted: context.stats.accepted,
+        active: context.stats.active,
+        noEndpoints: context.stats.noEndpoints,
+        connectFailed: context.stats.connectFailed,
+        connectFailures: { ...context.stats.connectFailures },
+      },
+    };
+  });
   for (const [key, err] of failures) {
     const slash = key.lastIndexOf('/');
     out.push({

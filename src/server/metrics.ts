@@ -167,6 +167,37 @@ export function createMetrics(getProxier: () => Proxier | undefined): ProxyMetri
         if (protocol === 'UDP') set({ service, protocol }, s.context.stats.udpSessionsEvicted);
       }),
   );
+  perService(
+    'kup_udp_sessions_endpoint_removed_total',
+    'UDP sessions closed because their endpoint left (the next datagram picks a live one)',
+    'counter',
+    [],
+    (set) =>
+      each((service, protocol, s) => {
+        if (protocol === 'UDP') set({ service, protocol }, s.context.stats.udpSessionsEndpointRemoved);
+      }),
+  );
+  // kube-proxy's gauge: service ports with endpoints whose Local policy leaves none on this node (their
+  // traffic of that kind is dropped).
+  new client.Gauge({
+    name: 'kubeproxy_sync_proxy_rules_no_local_endpoints_total',
+    help: 'Number of services with a Local traffic policy and no endpoints',
+    labelNames: ['traffic_policy'],
+    registers: [registry],
+    collect() {
+      let internal = 0;
+      let external = 0;
+      each((_service, _protocol, s) => {
+        const sp = s.servicePort;
+        const { IPv4, IPv6 } = s.portalEndpoints;
+        const noLocal = (IPv4.any && !IPv4.local) || (IPv6.any && !IPv6.local);
+        if (noLocal && sp.internalPolicyLocal) internal++;
+        if (noLocal && sp.externalPolicyLocal) external++;
+      });
+      this.set({ traffic_policy: 'internal' }, internal);
+      this.set({ traffic_policy: 'external' }, external);
+    },
+  });
   return {
     registry,
     syncDuration,

@@ -22,6 +22,11 @@ export type ServiceHealthServerOptions = {
   listen?: Listen;
   /** Addresses to listen on (kube-proxy: the node IPs matching --nodeport-addresses); default all. */
   bindAddresses?: readonly string[];
+  /**
+   * The proxy's own health, asked at each request (kube-proxy's healthChecker.IsHealthy(): staleness
+   * only, not the Node's eligibility nor the first sync). Default: always healthy.
+   */
+  proxyHealthy?: () => boolean;
 };
 
 type Instance = {
@@ -44,13 +49,14 @@ export class ServiceHealthServer {
   readonly #hosts: readonly (string | undefined)[];
   readonly #instances = new Map<number, Instance>();
   #endpoints: ReadonlyMap<string, number> = new Map();
-  #proxyHealthy = true;
+  #proxyHealthy: () => boolean;
   #queue: Promise<void> = Promise.resolve();
   #closed = false;
 
   constructor(options: ServiceHealthServerOptions) {
     this.#log = options.log;
     this.#listen = options.listen ?? listenHttp;
+    this.#proxyHealthy = options.proxyHealthy ?? (() => true);
     const addresses = options.bindAddresses ?? [];
     this.#hosts = addresses.length > 0 ? [...addresses] : [undefined];
   }
@@ -71,9 +77,9 @@ export class ServiceHealthServer {
     this.#endpoints = new Map(localEndpoints);
   }
 
-  /** The proxy's own health (its healthz); while false every Service answers 503. Initially true. */
+  /** Fixes the proxy's health to `healthy` (replacing options.proxyHealthy); while false every Service answers 503. */
   setProxyHealthy(healthy: boolean): void {
-    this.#proxyHealthy = healthy;
+    this.#proxyHealthy = () => healthy;
   }
 
   /** Ports with at least one listening server (tests, debug). */
@@ -150,7 +156,7 @@ export class ServiceHealthServer {
     req.resume();
     const { namespace, name } = instance.service;
     const count = this.#endpoints.get(nameOf(instance.service)) ?? 0;
-    const healthy = this.#proxyHealthy;
+    const healthy = this.#proxyHealthy();
     const body = JSON.stringify({
       service: { namespace, name },
       localEndpoints: count,

@@ -51,6 +51,8 @@ export type KubernetesSourceOptions = {
   backoff?: { initialMs: number; maxMs: number };
   /** Objects per list page (default 500, as client-go's pager); 0 lists in one response. */
   pageSize?: number;
+  /** This Node changed (after the handlers were called); undefined = it was deleted. */
+  onNode?: (node: Node | undefined) => void;
 };
 
 const DEFAULT_WATCHDOG_MS = 5 * 60_000;
@@ -67,6 +69,15 @@ export class KubernetesSource {
   #servicesSynced = false;
   #slicesSynced = false;
   #started = false;
+  #node: Node | undefined;
+  #nodeListed!: () => void;
+  /**
+   * Resolves once this Node has been listed completely (whether or not it exists), at once without a
+   * node name, and at stop(): what the proxy waits for (bounded) before its first sync.
+   */
+  readonly nodeListed: Promise<void> = new Promise((resolve) => {
+    this.#nodeListed = resolve;
+  });
 
   constructor(options: KubernetesSourceOptions) {
     const h = options.handlers;
@@ -100,15 +111,33 @@ export class KubernetesSource {
     );
     if (options.nodeName !== '') {
       const node: Resource = { ...NODES, fieldSelector: `metadata.name=${options.nodeName}` };
+      const changed = (o: Node | undefined) => {
+        this.#node = o;
+        options.onNode?.(o);
+      };
       this.#reflectors.push(
         make(node, {
-          add: (o) => h.onNodeUpdate(o as Node),
-          update: (_old, o) => h.onNodeUpdate(o as Node),
-          delete: (o) => h.onNodeDelete(o as Node),
-          synced: () => {},
+          add: (o) => {
+            h.onNodeUpdate(o as Node);
+            changed(o as Node);
+          },
+          update: (_old, o) => {
+            h.onNodeUpdate(o as Node);
+            changed(o as Node);
+          },
+          delete: (o) => {
+            h.onNodeDelete(o as Node);
+            changed(undefined);
+          },
+          synced: () => this.#nodeListed(),
         }),
       );
-    }
+    } else this.#nodeListed();
+  }
+
+  /** This Node as last listed or watched; undefined before, when it does not exist, or without a node name. */
+  get node(): Node | undefined {
+    return this.#node;
   }
 
   /** True once Services and EndpointSlices have each been listed completely. */
@@ -126,6 +155,7 @@ export class KubernetesSource {
   /** Aborts every request and timer and resolves when all are released. Idempotent; final. */
   async stop(): Promise<void> {
     this.#started = true;
+    this.#nodeListed();
     await Promise.all(this.#reflectors.map((r) => r.stop()));
   }
 }

@@ -1,32 +1,39 @@
 // Which endpoints of a service port receive which traffic: kube-proxy's CategorizeEndpoints (topology.go)
-// plus the traffic-policy mapping the iptables proxier applies. Pure: no I/O.
+// plus the traffic-policy mapping its proxiers apply. Pure: no I/O.
 import type { Endpoint, ServicePortEndpoints } from './endpoint.ts';
-import type { ServicePort } from './service-port.ts';
+import type { IPFamily, ServicePort } from './service-port.ts';
+import { usesClusterEndpoints, usesLocalEndpoints } from './service-port.ts';
 
 /** The fields of a ServicePort that decide how its endpoints are used. */
-export type EndpointPolicy = Pick<ServicePort, 'clusterIPs' | 'internalPolicyLocal' | 'externalPolicyLocal'>;
+export type EndpointPolicy = Pick<
+  ServicePort,
+  'clusterIPs' | 'internalPolicyLocal' | 'externalPolicyLocal' | 'externallyAccessible'
+>;
+
+/** Where this node is, for topology: its name (node hints) and zone label (zone hints). */
+export type NodeTopology = { readonly nodeName: string; readonly zone: string | undefined };
 
 export const EMPTY_SERVICE_PORT_ENDPOINTS: ServicePortEndpoints = {
   all: [],
   cluster: [],
-  external: [],
+  local: [],
+  hasAnyEndpoints: false,
   localReadyCount: 0,
 };
 
 /**
- * Splits a service port's merged endpoints (sorted by key) by traffic kind, for a node in `nodeZone`
- * (its topology.kubernetes.io/zone label; undefined when it has none):
+ * Splits a service port's merged endpoints (sorted by key) into kube-proxy's lists:
  * - only endpoints of a family the service has a cluster IP for are used (`all`);
- * - cluster list: ready endpoints, narrowed to this zone when every ready endpoint has zone hints and at
- *   least one names this zone; if none are ready, the serving and terminating ones (topology ignored);
- * - local list: local ready endpoints, else local serving+terminating ones, else none;
- * - `cluster` traffic gets the local list under internalTrafficPolicy Local, `external` traffic under
- *   externalTrafficPolicy Local, the cluster list otherwise.
+ * - cluster list (when the service port uses it): ready endpoints available for the topology mode
+ *   (node hints, else zone hints, see topologyMode); if none, the serving and terminating ones
+ *   (topology ignored);
+ * - local list (when a policy is Local): local ready endpoints, else local serving+terminating ones;
+ * - hasAnyEndpoints: some endpoint anywhere is ready or serving+terminating.
  */
 export function categorizeEndpoints(
   endpoints: readonly Endpoint[],
   policy: EndpointPolicy,
-  nodeZone: string | undefined,
+  node: NodeTopology,
 ): ServicePortEndpoints {
   const hasV4 = policy.clusterIPs.some((ip) => !ip.includes(':'));
   const hasV6 = policy.clusterIPs.some((ip) => ip.includes(':'));
@@ -34,29 +41,53 @@ export function categorizeEndpoints(
   if (all.length === 0) return EMPTY_SERVICE_PORT_ENDPOINTS;
 
   const ready = all.filter((ep) => ep.ready);
-  let clusterList: readonly Endpoint[];
-  if (ready.length > 0) {
-    clusterList = useZoneHints(ready, nodeZone)
-      ? ready.filter((ep) => ep.zoneHints!.includes(nodeZone!))
-      : ready;
-  } else {
-    clusterList = all.filter(isServingTerminating);
+  let cluster: readonly Endpoint[] = [];
+  if (usesClusterEndpoints(policy as ServicePort)) {
+    const mode = topologyMode(ready, node);
+    cluster =
+      mode === 'PreferSameNode'
+        ? ready.filter((ep) => ep.nodeHints!.includes(node.nodeName))
+        : mode === 'PreferSameZone'
+          ? ready.filter((ep) => ep.zoneHints!.includes(node.zone!))
+          : ready;
+    if (cluster.length === 0) cluster = all.filter(isServingTerminating);
   }
 
   const localReady = ready.filter((ep) => ep.isLocal);
-  const needLocal = policy.internalPolicyLocal || policy.externalPolicyLocal;
-  const localList = !needLocal
-    ? []
-    : localReady.length > 0
-      ? localReady
-      : all.filter((ep) => ep.isLocal && isServingTerminating(ep));
+  let local: readonly Endpoint[] = [];
+  if (usesLocalEndpoints(policy as ServicePort))
+    local = localReady.length > 0 ? localReady : all.filter((ep) => ep.isLocal && isServingTerminating(ep));
 
   return {
     all,
-    cluster: policy.internalPolicyLocal ? localList : clusterList,
-    external: policy.externalPolicyLocal ? localList : clusterList,
+    cluster,
+    local,
+    hasAnyEndpoints: ready.length > 0 || all.some(isServingTerminating),
     localReadyCount: new Set(localReady.map((ep) => ep.ip)).size,
   };
+}
+
+/** The endpoints ClusterIP traffic goes to: the local list under internalTrafficPolicy Local. */
+export function internalEndpoints(
+  sp: Pick<ServicePort, 'internalPolicyLocal'>,
+  eps: ServicePortEndpoints,
+): readonly Endpoint[] {
+  return sp.internalPolicyLocal ? eps.local : eps.cluster;
+}
+
+/** The endpoints NodePort, externalIP and LB traffic from outside goes to (externalTrafficPolicy). */
+export function externalEndpoints(
+  sp: Pick<ServicePort, 'externalPolicyLocal'>,
+  eps: ServicePortEndpoints,
+): readonly Endpoint[] {
+  return sp.externalPolicyLocal ? eps.local : eps.cluster;
+}
+
+/** The endpoints of `list` of one family (a dual-stack service's traffic stays in its family). */
+export function endpointsOfFamily(list: readonly Endpoint[], family: IPFamily): readonly Endpoint[] {
+  let mixed = false;
+  for (const ep of list) if (ep.family !== family) mixed = true;
+  return mixed ? list.filter((ep) => ep.family === family) : list;
 }
 
 /** True when the two values list equal endpoints (every field) in the same order. */
@@ -64,9 +95,10 @@ export function sameServicePortEndpoints(a: ServicePortEndpoints, b: ServicePort
   return (
     a === b ||
     (a.localReadyCount === b.localReadyCount &&
+      a.hasAnyEndpoints === b.hasAnyEndpoints &&
       sameEndpoints(a.all, b.all) &&
       sameEndpoints(a.cluster, b.cluster) &&
-      sameEndpoints(a.external, b.external))
+      sameEndpoints(a.local, b.local))
   );
 }
 
@@ -79,17 +111,20 @@ function sameEndpoints(a: readonly Endpoint[], b: readonly Endpoint[]): boolean 
 
 function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
   if (a === b) return true;
-  if (
-    a.key !== b.key ||
-    a.ready !== b.ready ||
-    a.serving !== b.serving ||
-    a.terminating !== b.terminating ||
-    a.isLocal !== b.isLocal ||
-    a.nodeName !== b.nodeName
-  )
-    return false;
-  const x = a.zoneHints;
-  const y = b.zoneHints;
+  return (
+    a.key === b.key &&
+    a.ready === b.ready &&
+    a.serving === b.serving &&
+    a.terminating === b.terminating &&
+    a.isLocal === b.isLocal &&
+    a.nodeName === b.nodeName &&
+    sameHints(a.zoneHints, b.zoneHints) &&
+    sameHints(a.nodeHints, b.nodeHints)
+  );
+}
+
+/** True when both are undefined or list the same names in the same order. */
+export function sameHints(x: readonly string[] | undefined, y: readonly string[] | undefined): boolean {
   if (x === undefined || y === undefined) return x === y;
   return x.length === y.length && x.every((z, i) => z === y[i]);
 }
@@ -98,13 +133,27 @@ function isServingTerminating(ep: Endpoint): boolean {
   return ep.serving && ep.terminating;
 }
 
-// kube-proxy's topologyModeFromHints for zones: all-or-nothing, and only if this zone is named somewhere.
-function useZoneHints(ready: readonly Endpoint[], nodeZone: string | undefined): boolean {
-  if (nodeZone === undefined || nodeZone === '') return false;
-  let matches = false;
+type TopologyMode = 'PreferSameNode' | 'PreferSameZone' | undefined;
+
+/**
+ * kube-proxy's topologyModeFromHints, over the ready endpoints: PreferSameNode when every one has
+ * node hints and one names this node; else PreferSameZone when every one has zone hints and one names
+ * this node's zone; else none. All or nothing: a mode, once chosen, has no fallback within it.
+ */
+function topologyMode(ready: readonly Endpoint[], node: NodeTopology): TopologyMode {
+  if (ready.length === 0) return undefined;
+  let allNodeHints = true;
+  let forNode = false;
+  let allZoneHints = true;
+  let forZone = false;
+  const zone = node.zone ?? '';
   for (const ep of ready) {
-    if (ep.zoneHints === undefined) return false;
-    if (ep.zoneHints.includes(nodeZone)) matches = true;
+    if (ep.nodeHints === undefined) allNodeHints = false;
+    else if (ep.nodeHints.includes(node.nodeName)) forNode = true;
+    if (ep.zoneHints === undefined) allZoneHints = false;
+    else if (zone !== '' && ep.zoneHints.includes(zone)) forZone = true;
   }
-  return matches;
+  if (allNodeHints && forNode && node.nodeName !== '') return 'PreferSameNode';
+  if (allZoneHints && forZone) return 'PreferSameZone';
+  return undefined;
 }

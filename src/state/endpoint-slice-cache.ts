@@ -2,6 +2,7 @@
 // service port (kube-proxy's endpointslicecache.go). Pure: no I/O, no clock.
 import { type EndpointSlice, type EndpointSliceEndpoint, LABEL_SERVICE_NAME } from '../source/objects.ts';
 import { canonicalIP, ipFamilyOf } from '../source/validate.ts';
+import { sameHints } from './categorize-endpoints.ts';
 import { type Endpoint, type EndpointKey, endpointKey } from './endpoint.ts';
 import {
   type IPFamily,
@@ -41,6 +42,7 @@ type SliceEndpoint = {
   readonly terminating: boolean;
   readonly nodeName: string | undefined;
   readonly zoneHints: readonly string[] | undefined;
+  readonly nodeHints: readonly string[] | undefined;
 };
 
 type SliceInfo = { readonly ports: readonly SlicePort[]; readonly endpoints: readonly SliceEndpoint[] };
@@ -138,6 +140,7 @@ export class EndpointSliceCache {
             isLocal: ep.nodeName !== undefined && ep.nodeName === this.#nodeName,
             nodeName: ep.nodeName,
             zoneHints: ep.zoneHints,
+            nodeHints: ep.nodeHints,
           });
         }
       }
@@ -174,19 +177,24 @@ function parseEndpoint(ep: EndpointSliceEndpoint, family: IPFamily): SliceEndpoi
   if (typeof address !== 'string' || ipFamilyOf(address) !== family) return undefined;
   const cond = ep.conditions ?? {};
   const terminating = cond.terminating === true;
-  const forZones = ep.hints?.forZones;
   return {
     ip: canonicalIP(address),
     family,
-    ready: cond.ready !== false && !terminating,
+    // Trusted as kube-proxy does: terminating endpoints are published ready:false, except for Services
+    // with publishNotReadyAddresses, whose endpoints must keep receiving traffic.
+    ready: cond.ready !== false,
     serving: cond.serving !== false,
     terminating,
     nodeName: typeof ep.nodeName === 'string' && ep.nodeName !== '' ? ep.nodeName : undefined,
-    zoneHints:
-      Array.isArray(forZones) && forZones.length > 0
-        ? forZones.map((z) => (typeof z?.name === 'string' ? z.name : ''))
-        : undefined,
+    zoneHints: hintNames(ep.hints?.forZones),
+    nodeHints: hintNames(ep.hints?.forNodes),
   };
+}
+
+function hintNames(list: readonly { name?: unknown }[] | undefined): readonly string[] | undefined {
+  return Array.isArray(list) && list.length > 0
+    ? list.map((h) => (typeof h?.name === 'string' ? h.name : ''))
+    : undefined;
 }
 
 function isPort(v: unknown): v is number {
@@ -209,14 +217,10 @@ function sameSliceInfo(a: SliceInfo, b: SliceInfo): boolean {
       x.serving !== y.serving ||
       x.terminating !== y.terminating ||
       x.nodeName !== y.nodeName ||
-      !sameHints(x.zoneHints, y.zoneHints)
+      !sameHints(x.zoneHints, y.zoneHints) ||
+      !sameHints(x.nodeHints, y.nodeHints)
     )
       return false;
   }
   return true;
-}
-
-function sameHints(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
-  if (a === undefined || b === undefined) return a === b;
-  return a.length === b.length && a.every((z, i) => z === b[i]);
 }

@@ -269,7 +269,10 @@ export class ProxyState implements ProxyHandlers {
     const merged = ports.length > 0 ? this.#slices.endpoints(service) : undefined;
     const oldKeys = this.#endpointKeys.get(service) ?? [];
     for (const port of ports) {
-      const next = categorizeEndpoints(merged?.get(port.key) ?? [], port, this.#nodeZone);
+      const next = categorizeEndpoints(merged?.get(port.key) ?? [], port, {
+        nodeName: this.#nodeName,
+        zone: this.#nodeZone,
+      });
       const old = this.#endpoints.get(port.key);
       if (old !== undefined && sameServicePortEndpoints(old, next)) continue;
       if (old !== undefined || next.all.length > 0) work.changedEndpoints.add(port.key);

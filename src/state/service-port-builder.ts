@@ -116,6 +116,7 @@ export function servicePortsFromService(svc: Service, warn: Warn): ServicePort[]
       loadBalancerSourceRanges: sourceRanges,
       sessionAffinity: clientIP ? 'ClientIP' : 'None',
       stickyMaxAgeSeconds,
+      externallyAccessible,
       externalPolicyLocal,
       internalPolicyLocal: spec.internalTrafficPolicy === 'Local',
       healthCheckNodePort: hcNodePort,

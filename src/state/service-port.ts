@@ -43,6 +43,8 @@ export type ServicePort = {
   readonly sessionAffinity: SessionAffinity;
   /** Seconds a ClientIP affinity entry lives without use (only meaningful for ClientIP). */
   readonly stickyMaxAgeSeconds: number;
+  /** Reachable from outside the cluster: a NodePort, externalIPs, LB IPs, or type NodePort/LoadBalancer. */
+  readonly externallyAccessible: boolean;
   /** externalTrafficPolicy: Local on an externally accessible service. */
   readonly externalPolicyLocal: boolean;
   /** internalTrafficPolicy: Local. */
@@ -52,6 +54,20 @@ export type ServicePort = {
   /** Per-service tracing override from our annotation; undefined = use --trace. */
   readonly trace: TraceMode | undefined;
 };
+
+/**
+ * kube-proxy's UsesClusterEndpoints: internal traffic under policy Cluster, or any external traffic
+ * (even under externalTrafficPolicy Local: traffic from this node's pods and from the node itself to an
+ * external destination is short-circuited to the cluster list).
+ */
+export function usesClusterEndpoints(sp: ServicePort): boolean {
+  return !sp.internalPolicyLocal || sp.externallyAccessible;
+}
+
+/** kube-proxy's UsesLocalEndpoints: a traffic policy of the service port is Local. */
+export function usesLocalEndpoints(sp: ServicePort): boolean {
+  return sp.internalPolicyLocal || sp.externalPolicyLocal;
+}
 
 /**
  * The fields whose change needs a new listening socket or new rules. Everything else (endpoints,
@@ -67,6 +83,10 @@ export function samePortals(a: ServicePort, b: ServicePort): boolean {
     a.protocol === b.protocol &&
     a.port === b.port &&
     a.nodePort === b.nodePort &&
+    a.externallyAccessible === b.externallyAccessible &&
+    a.internalPolicyLocal === b.internalPolicyLocal &&
+    a.externalPolicyLocal === b.externalPolicyLocal &&
+    a.healthCheckNodePort === b.healthCheckNodePort &&
     sameList(a.clusterIPs, b.clusterIPs) &&
     sameList(a.externalIPs, b.externalIPs) &&
     sameList(a.loadBalancerIPs, b.loadBalancerIPs) &&

@@ -529,32 +529,39 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
       const evil = running.find((s) => s.service === 'default/evil-annotations:p')!;
       const long = running.find((s) => s.service.startsWith(`${LONG_NS}/`))!;
       assert.ok(evil && long, JSON.stringify(running.map((s) => s.service)));
+      // The Service with an endpoint gets its two portal rules; the one without gets a REJECT instead
+      // (kube-proxy's filter KUBE-SERVICES); each listener an ACCEPT (a host whose INPUT policy is DROP).
       let added: string[] = [];
       await eventually(
         async () => {
           added = (await rules()).filter((l) => !before.has(l));
-          return added.length === 4;
+          return added.length === 5;
         },
-        { what: `4 new rules; got ${JSON.stringify(added)}` },
+        { what: '5 new rules' },
+      ).catch((err: Error) => assert.fail(`${err.message}; got ${JSON.stringify(added)}`));
+      const comment = '-m comment --comment "?[A-Za-z0-9._:/ -]{1,255}"?';
+      // Each portal in the shard chain of its ClusterIP's lowest 5 bits.
+      const portals = added.filter((l) => l.startsWith('-A KUBE-PORTALS-'));
+      assert.equal(portals.length, 2, JSON.stringify(added));
+      for (const l of portals)
+        assert.match(
+          l,
+          new RegExp(
+            `^-A KUBE-PORTALS-(CONTAINER|HOST)-01 -d 10\\.96\\.2\\.1/32 -p tcp ${comment} -m tcp --dport 80 -j (REDIRECT --to-ports ${evil.proxyPort}|DNAT --to-destination 192\\.168\\.50\\.2:${evil.proxyPort})$`,
+          ),
+        );
+      const reject = added.filter((l) => l.startsWith('-A KUBE-SERVICES '));
+      assert.equal(reject.length, 1, JSON.stringify(added));
+      assert.match(
+        reject[0]!,
+        new RegExp(`^-A KUBE-SERVICES -d 10\\.96\\.2\\.2/32 -p tcp ${comment} -m tcp --dport 81 -j REJECT`),
       );
-      // Exactly the container and host portal of each, to its own proxy port, nothing else.
-      // Each in the shard chain of its ClusterIP's lowest 5 bits.
-      const expected = [
-        { ip: '10.96.2.1', shard: '01', port: 80, proxyPort: evil.proxyPort },
-        { ip: '10.96.2.2', shard: '02', port: 81, proxyPort: long.proxyPort },
-      ];
-      for (const e of expected) {
-        const mine = added.filter((l) => l.includes(`-d ${e.ip}/32 `));
-        assert.equal(mine.length, 2, JSON.stringify(added));
-        for (const l of mine) {
-          assert.match(
-            l,
-            new RegExp(
-              `^-A KUBE-PORTALS-(CONTAINER|HOST)-${e.shard} -d ${e.ip}/32 -p tcp -m comment --comment "?[A-Za-z0-9._:/-]{1,255}"? -m tcp --dport ${e.port} -j (REDIRECT --to-ports ${e.proxyPort}|DNAT --to-destination 192\\.168\\.50\\.2:${e.proxyPort})$`,
-            ),
-          );
-        }
-      }
+      const accepts = added.filter((l) => l.startsWith('-A KUBE-NODEPORT-NON-LOCAL '));
+      assert.deepEqual(
+        accepts.map((l) => Number(/--ctreplsrcport (\d+) -j ACCEPT$/.exec(l)?.[1])).sort(),
+        [evil.proxyPort, long.proxyPort].sort(),
+        JSON.stringify(accepts),
+      );
       assert.equal(
         (await sb.exec(node, 'ip6tables-save', [])).stdout.replace(/^#.*\n/gm, ''),
         before6.replace(/^#.*\n/gm, ''),

@@ -4,9 +4,17 @@ import type { ChildProcess } from 'node:child_process';
 import { test } from 'node:test';
 import { isProxyError } from '../../src/errors.ts';
 import { silentLogger } from '../../src/log.ts';
-import { createIptables, type Iptables, splitLine } from '../../src/netfilter/iptables.ts';
+import { JUMPS } from '../../src/netfilter/chains.ts';
+import { createIptables, type Iptables, type Run, splitLine } from '../../src/netfilter/iptables.ts';
 import { type FamilyConfig, Netfilter } from '../../src/netfilter/netfilter.ts';
-import { type PortalSpec, portalRules, type RuleContext } from '../../src/netfilter/rules.ts';
+import {
+  type PortalSpec,
+  portalRules,
+  type RuleContext,
+  renderDelta,
+  renderRestoreInput,
+  restoreText,
+} from '../../src/netfilter/rules.ts';
 import type { IPFamily, ServicePortName } from '../../src/state/service-port.ts';
 import { createCluster, createSandbox, requireRootOrSkip, type Sandbox } from '../helpers/netns.ts';
 import { portal } from '../helpers/portals.ts';
@@ -104,11 +112,7 @@ function ourRules(save: string): Map<string, number> {
 function wanted(portals: PortalSpec[], config: FamilyConfig): Map<string, number> {
   const ctx: RuleContext = { ...config, localAddresses: [] };
   const counts = new Map<string, number>([
-    ['PREROUTING->KUBE-PORTALS-CONTAINER', 1],
-    ['OUTPUT->KUBE-PORTALS-HOST', 1],
-    ['PREROUTING->KUBE-NODEPORT-CONTAINER', 1],
-    ['OUTPUT->KUBE-NODEPORT-HOST', 1],
-    ['INPUT->KUBE-NODEPORT-NON-LOCAL', 1],
+    ...JUMPS.map((j): [string, number] => [`${j.from}->${j.to}`, 1]),
     ['KUBE-PORTALS-CONTAINER', 32],
     ['KUBE-PORTALS-HOST', 32],
   ]);
@@ -197,6 +201,9 @@ test('full restore, delta, repair and cleanup with the real iptables in a namesp
         '-D KUBE-PORTALS-HOST-0A',
         '-A KUBE-PORTALS-CONTAINER-1E',
         '-A KUBE-PORTALS-HOST-1E',
+        // kube-dns's ACCEPT goes, extra's comes.
+        '-D KUBE-NODEPORT-NON-LOCAL',
+        '-A KUBE-NODEPORT-NON-LOCAL',
       ],
     );
     assert.doesNotMatch(await saved(sb, ns, 'IPv4'), /kube-dns/);
@@ -374,6 +381,8 @@ test('portals spread over all 32 shards land in the shard chain of their IP; cle
         '-D KUBE-PORTALS-HOST-1F',
         '-A KUBE-PORTALS-CONTAINER-00',
         '-A KUBE-PORTALS-HOST-00',
+        '-D KUBE-NODEPORT-NON-LOCAL',
+        '-A KUBE-NODEPORT-NON-LOCAL',
       ]),
     );
   }
@@ -550,4 +559,231 @@ test('traffic: pod to ClusterIP via REDIRECT, node to ClusterIP via DNAT, NodePo
   await nf.cleanup();
   const after = await sb.run(pod.ns)(node, ['-e', tcpClient('10.96.0.20', 80, 300)]);
   assert.equal(after.code, 2, after.stderr);
+});
+
+/** A `Run` that calls the legacy backend's binaries under the usual names. */
+function legacy(run: Run): Run {
+  return (cmd, args, stdin) =>
+    run(cmd.replace(/^(ip6?tables)(-restore|-save)?$/, '$1-legacy$2'), args, stdin);
+}
+
+const none = { any: false, cluster: false, local: false };
+const podDetector = { ifLocal: '-s 10.244.0.0/16', ifNotLocal: '! -s 10.244.0.0/16' };
+/** Every kind of rule of issue 13, in both families. */
+const policyPortals: PortalSpec[] = [
+  portal('default', 'etp', 'http', {
+    clusterIPs: ['10.96.1.1', 'fd00:96::1:1'],
+    loadBalancerIPs: ['198.51.100.7', '2001:db8::7'],
+    externalIPs: ['203.0.113.8'],
+    loadBalancerSourceRanges: ['10.0.0.0/8', '192.168.0.0/16', '2001:db8::/32'],
+    nodePort: 30081,
+    healthCheckNodePort: 32001,
+    externalPolicyLocal: true,
+    proxyPort: 40011,
+    localProxyPort: 40012,
+    endpoints: { local: true },
+    IPv6: { local: false },
+  }),
+  portal('default', 'gone', 'http', {
+    clusterIPs: ['10.96.1.2', 'fd00:96::1:2'],
+    externalIPs: ['203.0.113.9', '2001:db8::9'],
+    loadBalancerIPs: ['198.51.100.9'],
+    loadBalancerSourceRanges: ['203.0.113.0/24'],
+    nodePort: 30082,
+    proxyPort: 40013,
+    endpoints: none,
+  }),
+  portal('default', 'itp', 'dns', {
+    protocol: 'UDP',
+    clusterIPs: ['10.96.1.3'],
+    port: 53,
+    internalPolicyLocal: true,
+    proxyPort: 40014,
+    endpoints: { cluster: false, local: false },
+  }),
+];
+
+for (const backend of ['nft', 'legacy'] as const) {
+  test(`policy rules (${backend}): full restores and 0↔N deltas accepted by the real iptables-restore, cleanup removes all`, async (t) => {
+    if (!requireRootOrSkip(t)) return;
+    const sb = await createSandbox(t);
+    const ns = await sb.createNamespace(`policy-${backend}`);
+    const base = sb.run(ns);
+    const run = backend === 'legacy' ? legacy(base) : base;
+    const probe = await run('iptables-restore', ['--version']);
+    if (probe.code === 127) {
+      t.skip(`iptables ${backend} not installed`);
+      return;
+    }
+    const iptables = createIptables(run);
+    const nf = new Netfilter({
+      iptables,
+      log: silentLogger(),
+      families: [v4, v6],
+      localDetector: (family) => (family === 'IPv4' ? podDetector : undefined),
+    });
+    await nf.sync(policyPortals, { full: true });
+    for (const [family, config] of [
+      ['IPv4', v4],
+      ['IPv6', v6],
+    ] as const) {
+      const save = await iptables.save(family, 'filter');
+      const ctx: RuleContext = {
+        ...config,
+        localAddresses: [],
+        localDetector: family === 'IPv4' ? podDetector : undefined,
+      };
+      // Every rendered rule is in place, counted per chain as iptables-save prints them back.
+      const rendered = restoreText(renderRestoreInput({ ...ctx, portals: policyPortals }));
+      const count = (text: string, chain: string) =>
+        text.split('\n').filter((l) => l.startsWith(`-A ${chain} `)).length;
+      for (const chain of [
+        'KUBE-SERVICES',
+        'KUBE-EXTERNAL-SERVICES',
+        'KUBE-PROXY-FIREWALL',
+        'KUBE-NODEPORTS',
+        'KUBE-NODEPORT-NON-LOCAL',
+      ])
+        assert.equal(count(save, chain), count(rendered, chain), `${backend} ${family} ${chain}`);
+      const nat = await iptables.save(family, 'nat');
+      assert.equal(
+        count(nat, 'KUBE-NODEPORT-CONTAINER') + count(nat, 'KUBE-NODEPORT-HOST'),
+        count(rendered, 'KUBE-NODEPORT-CONTAINER') + count(rendered, 'KUBE-NODEPORT-HOST'),
+      );
+      // The filter jumps: DROP/REJECT chains first, then the ACCEPTs.
+      const input = save
+        .split('\n')
+        .filter((l) => l.startsWith('-A INPUT '))
+        .map((l) => l.split(' -j ')[1]);
+      assert.deepEqual(input, [
+        'KUBE-PROXY-FIREWALL',
+        'KUBE-EXTERNAL-SERVICES',
+        'KUBE-NODEPORTS',
+        'KUBE-NODEPORT-NON-LOCAL',
+      ]);
+    }
+    assert.match(await iptables.save('IPv4', 'filter'), /"default\/gone:http has no endpoints".* -j REJECT/);
+    assert.match(
+      await iptables.save('IPv6', 'filter'),
+      /"default\/etp:http has no local endpoints".* -j DROP/,
+    );
+    // Endpoints come (0 → N) and go (N → 0), ETP Local's local ones too: deltas, then full again.
+    const flip = (p: PortalSpec): PortalSpec =>
+      p.endpoints.IPv4.any
+        ? { ...p, endpoints: { IPv4: none, IPv6: none } }
+        : {
+            ...p,
+            endpoints: {
+              IPv4: { any: true, cluster: true, local: true },
+              IPv6: { any: true, cluster: true, local: true },
+            },
+          };
+    const steps = [policyPortals.map(flip), policyPortals, policyPortals.map(flip)];
+    let prev = policyPortals;
+    for (const next of steps) {
+      assert.notEqual(
+        restoreText(renderDelta(prev, next, { ...v4, localAddresses: [], localDetector: podDetector })),
+        '',
+      );
+      await nf.sync(next, { full: false });
+      assert.ok(!nf.needsFullSync('IPv4') && !nf.needsFullSync('IPv6'), 'the deltas applied');
+      prev = next;
+    }
+    await nf.cleanup();
+    for (const family of ['IPv4', 'IPv6'] as const)
+      for (const table of ['nat', 'filter'] as const)
+        assert.doesNotMatch(await iptables.save(family, table), /KUBE-/, `${backend} ${family} ${table}`);
+  });
+}
+
+test('traffic with INPUT policy DROP: DNATed traffic passes, no endpoints is refused at once, source ranges drop', async (t) => {
+  if (!requireRootOrSkip(t)) return;
+  const sb = await createSandbox(t);
+  const cluster = await createCluster(sb, { pods: 1 });
+  const pod = cluster.pods[0]!;
+  await sb.exec(cluster.node, 'sysctl', ['-qw', 'net.ipv4.ip_forward=1']);
+  await sb.exec(cluster.node, 'iptables', ['-w', '-P', 'INPUT', 'DROP']);
+  // ICMP errors for the node's own connections come back through INPUT: let them in, as every host with
+  // a DROP policy does (TCP replies are not let in: our ACCEPTs must pass those).
+  await sb.exec(cluster.node, 'iptables', [
+    ...['-w', '-A', 'INPUT', '-p', 'icmp', '-m', 'conntrack', '--ctstate', 'RELATED', '-j', 'ACCEPT'],
+  ]);
+  const iptables = createIptables(sb.run(cluster.node));
+  const nf = new Netfilter({ iptables, log: silentLogger(), families: [{ ...v4, hostIP: cluster.nodeIP }] });
+  const server = sb.spawnIn(cluster.node, process.execPath, ['-e', SERVER]);
+  await waitForLine(server, 'ready', 10_000);
+  const served = portal('default', 'web', 'http', {
+    clusterIPs: ['10.96.0.20'],
+    nodePort: 30080,
+    proxyPort: 40080,
+  });
+  const gone = portal('default', 'gone', 'http', {
+    clusterIPs: ['10.96.0.21'],
+    nodePort: 30081,
+    proxyPort: 40081,
+    endpoints: none,
+  });
+  const ranges = (r: string[]) =>
+    portal('default', 'lb', 'http', {
+      clusterIPs: ['10.96.0.22'],
+      loadBalancerIPs: ['198.51.100.1'],
+      loadBalancerSourceRanges: r,
+      proxyPort: 40080,
+    });
+  await nf.sync([served, gone, ranges(['203.0.113.0/24'])], { full: true });
+  const node = process.execPath;
+  const get = async (ns: string, script: string) => sb.run(ns)(node, ['-e', script]);
+
+  // The INPUT policy drops everything else, yet the pod and the node reach the proxy port.
+  assert.equal(
+    JSON.parse((await get(pod.ns, tcpClient('10.96.0.20', 80))).stdout).local,
+    `${cluster.bridgeIP}:40080`,
+  );
+  assert.equal(
+    JSON.parse((await get(pod.ns, tcpClient(cluster.bridgeIP, 30080))).stdout).local,
+    `${cluster.bridgeIP}:40080`,
+  );
+  assert.equal(
+    JSON.parse((await get(cluster.node, tcpClient('10.96.0.20', 80))).stdout).local,
+    `${cluster.nodeIP}:40080`,
+  );
+  // No endpoints: refused at once (REJECT), from the pod (FORWARD), the node (OUTPUT), to the NodePort (INPUT).
+  for (const [ns, host, port] of [
+    [pod.ns, '10.96.0.21', 80],
+    [cluster.node, '10.96.0.21', 80],
+    [pod.ns, cluster.bridgeIP, 30081],
+  ] as const) {
+    const started = Date.now();
+    const r = await get(ns, tcpClient(host, port, 2000));
+    assert.equal(r.code, 3, `${host}:${port}: ${r.stderr}`);
+    assert.match(r.stderr, /ECONNREFUSED/);
+    assert.ok(Date.now() - started < 1500, `${host}:${port} refused in ${Date.now() - started} ms`);
+  }
+  // The pod (10.244.0.10) is outside the LB's source ranges: not NATed, dropped by KUBE-PROXY-FIREWALL.
+  const denied = await get(pod.ns, tcpClient('198.51.100.1', 80, 500));
+  assert.equal(denied.code, 2, denied.stderr);
+  // Its range allowed (a delta): served.
+  await nf.sync([served, gone, ranges(['10.244.0.0/24'])], { full: false });
+  assert.equal(
+    JSON.parse((await get(pod.ns, tcpClient('198.51.100.1', 80))).stdout).local,
+    `${cluster.bridgeIP}:40080`,
+  );
+  // Endpoints back for `gone` (0 → N, a delta): its ClusterIP is served.
+  await nf.sync(
+    [
+      served,
+      {
+        ...gone,
+        proxyPort: 40080,
+        endpoints: { IPv4: { any: true, cluster: true, local: false }, IPv6: none },
+      },
+      ranges(['10.244.0.0/24']),
+    ],
+    { full: false },
+  );
+  assert.equal(
+    JSON.parse((await get(pod.ns, tcpClient('10.96.0.21', 80))).stdout).local,
+    `${cluster.bridgeIP}:40080`,
+  );
+  await nf.cleanup();
 });

@@ -20,11 +20,12 @@ const net = require('node:net'), dgram = require('node:dgram'), http = require('
 const out = (o) => process.stdout.write(JSON.stringify(o) + '\n');
 const servers = new Map();
 const polls = new Map();
+const streams = new Map();
 
-function tcp({ host, port, timeoutMs = 2000 }) {
+function tcp({ host, port, timeoutMs = 2000, localAddress }) {
   return new Promise((resolve) => {
     const started = Date.now();
-    const s = net.connect({ host, port });
+    const s = net.connect({ host, port, ...(localAddress ? { localAddress } : {}) });
     let data = '';
     let done = false;
     const finish = (r) => {
@@ -54,6 +55,69 @@ function udp({ host, port, timeoutMs = 2000, send = 'ping', localPort = 0 }) {
     });
     u.bind(localPort, () => u.send(send, port, host));
   });
+}
+
+// A connected socket: an ICMP unreachable for a datagram is reported (ECONNREFUSED) instead of ignored.
+function udpConnected({ host, port, timeoutMs = 2000, send = 'ping' }) {
+  return new Promise((resolve) => {
+    const started = Date.now();
+    const u = dgram.createSocket(net.isIPv6(host) ? 'udp6' : 'udp4');
+    let done = false;
+    const finish = (r) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      try { u.close(); } catch {}
+      resolve({ ...r, ms: Date.now() - started });
+    };
+    const timer = setTimeout(() => finish({ ok: false, error: 'ETIMEDOUT' }), timeoutMs);
+    u.on('error', (e) => finish({ ok: false, error: e.code || e.message }));
+    u.on('message', (m) => finish({ ok: true, data: String(m) }));
+    u.connect(port, host, () => u.send(send));
+  });
+}
+
+// One connected UDP socket (one source port, so one proxy session) sending "<seq>" every intervalMs until
+// stopped (or maxMs / maxSends); resolves once the first reply came (or with an error after 5 s).
+function udpStreamStart({ key, host, port, intervalMs = 20, maxMs = 30000, maxSends = 3000 }) {
+  const st = { sent: 0, replies: [], errors: [], stopped: false, timer: undefined, socket: undefined };
+  streams.set(key, st);
+  const until = Date.now() + maxMs;
+  return new Promise((resolve) => {
+    let first = true;
+    const giveUp = setTimeout(() => { if (first) { first = false; resolve({ ok: false, error: 'no reply within 5 s' }); } }, 5000);
+    const u = dgram.createSocket(net.isIPv6(host) ? 'udp6' : 'udp4');
+    st.socket = u;
+    u.on('error', (e) => { if (st.errors.length < 1000) st.errors.push({ t: Date.now(), error: e.code || e.message }); });
+    u.on('message', (m) => {
+      if (st.replies.length < 10000) st.replies.push({ t: Date.now(), data: String(m) });
+      if (first) { first = false; clearTimeout(giveUp); resolve({ ok: true }); }
+    });
+    u.connect(port, host, () => {
+      const tick = () => {
+        if (st.stopped || Date.now() >= until || st.sent >= maxSends) return;
+        u.send(String(st.sent++));
+        st.timer = setTimeout(tick, intervalMs);
+      };
+      tick();
+    });
+  });
+}
+
+function udpStreamPeek({ key }) {
+  const st = streams.get(key);
+  if (!st) return { ok: false, error: 'no such stream' };
+  return { ok: true, sent: st.sent, replies: st.replies.slice(), errors: st.errors.slice() };
+}
+
+function udpStreamStop({ key }) {
+  const st = streams.get(key);
+  if (!st) return { ok: false, error: 'no such stream' };
+  st.stopped = true;
+  clearTimeout(st.timer);
+  try { st.socket.close(); } catch {}
+  streams.delete(key);
+  return { ok: true, sent: st.sent, replies: st.replies, errors: st.errors };
 }
 
 function get({ url, timeoutMs = 2000 }) {
@@ -129,7 +193,7 @@ function pollStop({ key }) {
   return { ok: true, samples: p.samples };
 }
 
-const ops = { tcp, udp, get, serve, unserve, pollStart, pollStop };
+const ops = { tcp, udp, udpConnected, udpStreamStart, udpStreamPeek, udpStreamStop, get, serve, unserve, pollStart, pollStop };
 require('node:readline').createInterface({ input: process.stdin }).on('line', async (line) => {
   const { id, op, args } = JSON.parse(line);
   try {
@@ -150,6 +214,12 @@ export type UdpResult = {
   from?: { address: string; port: number };
 };
 export type PollSample = { t: number; ok: boolean; error?: string };
+/** What a UDP stream saw: datagrams sent, each reply (epoch ms, text) and each socket error. */
+export type UdpStream = {
+  sent: number;
+  replies: { t: number; data: string }[];
+  errors: { t: number; error: string }[];
+};
 
 /** A helper process inside one namespace: clients and servers for test traffic. */
 export class Agent {
@@ -215,9 +285,57 @@ export class Agent {
     });
   }
 
-  /** Connects, reads until the server ends; `ok` when something was received. */
-  tcp(host: string, port: number, timeoutMs = 2000): Promise<TcpResult> {
-    return this.request('tcp', { host, port, timeoutMs });
+  /**
+   * Connects, reads until the server ends; `ok` when something was received. `error` tells a refused
+   * connect (ECONNREFUSED), a reset, a silent peer (ETIMEDOUT after `timeoutMs`) and an accepted connection
+   * closed without a byte (EMPTY) apart; `ms` is how long it took. `localAddress` picks the source address.
+   */
+  tcp(
+    host: string,
+    port: number,
+    timeoutMs = 2000,
+    options: { localAddress?: string } = {},
+  ): Promise<TcpResult> {
+    return this.request('tcp', { host, port, timeoutMs, ...options });
+  }
+
+  /**
+   * Sends one datagram from a connected socket and waits for the reply; an ICMP port unreachable comes
+   * back as `error: 'ECONNREFUSED'`, silence as ETIMEDOUT after `timeoutMs`.
+   */
+  udpConnected(host: string, port: number, options: { timeoutMs?: number; send?: string } = {}) {
+    return this.request<TcpResult>('udpConnected', { host, port, ...options });
+  }
+
+  /**
+   * Starts sending a numbered datagram every `intervalMs` from one connected socket (at most `maxMs`,
+   * default 30 s); resolves once the first reply came, rejects when none came within 5 s.
+   */
+  async udpStreamStart(key: string, host: string, port: number, intervalMs = 20, maxMs = 30_000) {
+    const r = await this.request<{ ok: boolean; error?: string }>('udpStreamStart', {
+      key,
+      host,
+      port,
+      intervalMs,
+      maxMs,
+    });
+    if (!r.ok) throw new Error(`UDP stream to ${host}:${port} from ${this.ns}: ${r.error}`);
+  }
+
+  /** What a running UDP stream sent and received so far. */
+  udpStreamPeek(key: string): Promise<UdpStream> {
+    return this.#stream('udpStreamPeek', key);
+  }
+
+  /** Stops a UDP stream; what it sent and received. */
+  udpStreamStop(key: string): Promise<UdpStream> {
+    return this.#stream('udpStreamStop', key);
+  }
+
+  async #stream(op: string, key: string): Promise<UdpStream> {
+    const r = await this.request<{ ok: boolean; error?: string } & UdpStream>(op, { key });
+    if (!r.ok) throw new Error(`${op} ${key}: ${r.error}`);
+    return { sent: r.sent, replies: r.replies, errors: r.errors };
   }
 
   /** Sends one datagram from an unconnected socket and reports the first reply and where it came from. */
@@ -286,13 +404,20 @@ export type ProxyCluster = {
 /**
  * node (eth0 veth'd to `outside`, bridge kbr0 with `pods` pods), IPv4 and IPv6, and an agent in every
  * namespace. `routedToNode` are routed from outside via the node (externalIPs, LB IPs the node does not
- * own); `extraNodeIPs` are added to the node's eth0 (/32, e.g. an externalIP assigned to the node).
+ * own); `extraNodeIPs` are added to the node's eth0 (/32, e.g. an externalIP assigned to the node);
+ * `forwarding` turns on IPv4 and IPv6 forwarding in the node namespace, as on a Kubernetes node.
  */
 export async function createProxyCluster(
   sandbox: Sandbox,
-  options: { pods?: number; extraNodeIPs?: string[]; routedToNode?: string[] } = {},
+  options: { pods?: number; extraNodeIPs?: string[]; routedToNode?: string[]; forwarding?: boolean } = {},
 ): Promise<ProxyCluster> {
   const node = await sandbox.createNamespace('node');
+  // A real node forwards (pod networking needs it), and kube-proxy's filter rules for pod traffic to a
+  // ClusterIP without a nat rule (REJECT, DROP) sit on FORWARD: without it the kernel drops the packet
+  // before any rule sees it. Only this namespace's sysctls; its links lead only to our namespaces.
+  if (options.forwarding)
+    for (const key of ['net.ipv4.ip_forward', 'net.ipv6.conf.all.forwarding'])
+      await sandbox.exec(node, 'sysctl', ['-qw', `${key}=1`]);
   const outside = await sandbox.createNamespace('outside');
   await sandbox.veth({ ns: node, name: 'eth0' }, { ns: outside, name: 'eth0' });
   await sandbox.addAddress(node, 'eth0', '192.168.50.2/24');

@@ -14,6 +14,7 @@ export function ep(ip: string, port: number, extra: Partial<Endpoint> = {}): End
     isLocal: false,
     nodeName: undefined,
     zoneHints: undefined,
+    nodeHints: undefined,
     ...extra,
   };
 }

@@ -8,7 +8,7 @@ import { stringify } from 'yaml';
 import type { Config } from '../../src/config/config.ts';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
 import { createLogger } from '../../src/log.ts';
-import { ProxyServer } from '../../src/proxy-server.ts';
+import { ProxyServer, type ProxyServerDeps } from '../../src/proxy-server.ts';
 
 export type PortSpec = { name: string; port: number; targetPort: number; protocol?: 'TCP' | 'UDP' };
 
@@ -85,6 +85,7 @@ export type ManifestProxy = {
 export async function startManifestProxy(
   objects: unknown[],
   overrides: Partial<Config> = {},
+  deps: Omit<ProxyServerDeps, 'log'> = {},
 ): Promise<ManifestProxy> {
   const dir = await mkdtemp(join(tmpdir(), 'kup-manifest-'));
   const file = join(dir, 'services.yaml');
@@ -113,7 +114,7 @@ export async function startManifestProxy(
     iptablesMinSyncPeriodMs: 0,
     ...overrides,
   };
-  const server = new ProxyServer(config, { log: createLogger({ level: 'debug', destination }) });
+  const server = new ProxyServer(config, { ...deps, log: createLogger({ level: 'debug', destination }) });
   await server.start();
   return {
     server,

@@ -1,5 +1,5 @@
 // Builders of ServicePorts and PortalSpecs for netfilter tests and benchmarks.
-import type { PortalSpec } from '../../src/netfilter/rules.ts';
+import type { PortalEndpoints, PortalSpec } from '../../src/netfilter/rules.ts';
 import {
   type Protocol,
   type ServicePort,
@@ -7,9 +7,21 @@ import {
   servicePortName,
 } from '../../src/state/service-port.ts';
 
-export type PortalOptions = Partial<Omit<ServicePort, 'key' | 'name'>> & { proxyPort?: number };
+export type PortalOptions = Partial<Omit<ServicePort, 'key' | 'name'>> & {
+  proxyPort?: number;
+  localProxyPort?: number;
+  /** Both families' endpoint flags (default: usable cluster-wide endpoints, none local). */
+  endpoints?: Partial<PortalEndpoints>;
+  /** Per-family overrides, on top of `endpoints`. */
+  IPv4?: Partial<PortalEndpoints>;
+  IPv6?: Partial<PortalEndpoints>;
+};
 
-/** A ClusterIP service port `namespace/serviceName:portName` with defaults for everything else. */
+/**
+ * A ClusterIP service port `namespace/serviceName:portName` with defaults for everything else:
+ * no second listener, endpoints (any, cluster) in both families, externally accessible when it has a
+ * NodePort, externalIPs or LB IPs.
+ */
 export function portal(
   namespace: string,
   serviceName: string,
@@ -30,6 +42,9 @@ export function portal(
     nodePort: o.nodePort ?? 0,
     externalIPs: o.externalIPs ?? [],
     loadBalancerIPs: o.loadBalancerIPs ?? [],
+    externallyAccessible:
+      o.externallyAccessible ??
+      ((o.nodePort ?? 0) !== 0 || (o.externalIPs ?? []).length > 0 || (o.loadBalancerIPs ?? []).length > 0),
     loadBalancerSourceRanges: o.loadBalancerSourceRanges ?? [],
     sessionAffinity: o.sessionAffinity ?? 'None',
     stickyMaxAgeSeconds: o.stickyMaxAgeSeconds ?? 10800,
@@ -38,7 +53,13 @@ export function portal(
     healthCheckNodePort: o.healthCheckNodePort ?? 0,
     trace: o.trace,
   };
-  return { servicePort, proxyPort: o.proxyPort ?? 40000 };
+  const base: PortalEndpoints = { any: true, cluster: true, local: false, ...o.endpoints };
+  return {
+    servicePort,
+    proxyPort: o.proxyPort ?? 40000,
+    localProxyPort: o.localProxyPort ?? 0,
+    endpoints: { IPv4: { ...base, ...o.IPv4 }, IPv6: { ...base, ...o.IPv6 } },
+  };
 }
 
 /**

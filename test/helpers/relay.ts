@@ -7,6 +7,7 @@ import { newServicePortStats } from '../../src/relay/service-context.ts';
 import type { Endpoint } from '../../src/state/endpoint.ts';
 import type { ServicePortName } from '../../src/state/service-port.ts';
 
+/** A single-stack context: one balancer over `endpoints`, the same instance for both families. */
 export function makeContext(
   endpoints: Endpoint[],
   protocol: 'TCP' | 'UDP' = 'TCP',
@@ -14,10 +15,40 @@ export function makeContext(
 ): ServicePortContext {
   const balancer = new RoundRobinBalancer();
   balancer.setEndpoints(endpoints);
+  return contextFor(balancer, protocol, name);
+}
+
+/** A single-stack context over a balancer of the test's own (e.g. with outlier ejection). */
+export function contextFor(
+  balancer: RoundRobinBalancer,
+  protocol: 'TCP' | 'UDP' = 'TCP',
+  name = 'default/test:http',
+): ServicePortContext {
   return {
     name: name as ServicePortName,
     protocol,
     balancer,
+    balancers: { IPv4: balancer, IPv6: balancer },
+    stats: newServicePortStats(),
+    observer: noopObserver,
+  };
+}
+
+/** A dual-stack context: one balancer per family, IPv4 the primary. */
+export function makeDualStackContext(
+  endpoints: { IPv4: Endpoint[]; IPv6: Endpoint[] },
+  protocol: 'TCP' | 'UDP' = 'TCP',
+  name = 'default/test:http',
+): ServicePortContext {
+  const v4 = new RoundRobinBalancer();
+  v4.setEndpoints(endpoints.IPv4);
+  const v6 = new RoundRobinBalancer();
+  v6.setEndpoints(endpoints.IPv6);
+  return {
+    name: name as ServicePortName,
+    protocol,
+    balancer: v4,
+    balancers: { IPv4: v4, IPv6: v6 },
     stats: newServicePortStats(),
     observer: noopObserver,
   };

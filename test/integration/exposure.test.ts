@@ -28,7 +28,13 @@ test('the health server answers /healthz and /livez only', async (t) => {
   const metrics = `http://127.0.0.1:${proxy.server.metricsServer!.port}`;
   await waitFor(async () => (await fetch(`${health}/healthz`)).status === 200, 3000, 'healthy');
   const body = (await (await fetch(`${health}/healthz`)).json()) as Record<string, unknown>;
-  assert.deepEqual(Object.keys(body).sort(), ['currentTime', 'healthy', 'lastUpdated', 'reason']);
+  assert.deepEqual(Object.keys(body).sort(), [
+    'currentTime',
+    'healthy',
+    'lastUpdated',
+    'nodeEligible',
+    'reason',
+  ]);
   assert.equal((await fetch(`${health}/livez`)).status, 200);
   for (const path of [
     '/metrics',

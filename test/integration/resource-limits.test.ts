@@ -68,7 +68,7 @@ test('a connect without a file descriptor: client closed, counted fd-exhausted, 
     consecutiveFailures: 1,
   });
   balancer.setEndpoints([endpoint, ep('127.0.0.12', backend.port)]);
-  const context = { ...makeContext([]), balancer };
+  const context = { ...makeContext([]), balancer, balancers: { IPv4: balancer, IPv6: balancer } };
   let now = 1_000_000;
   let exhausted = true;
   let dials = 0;

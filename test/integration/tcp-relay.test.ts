@@ -7,7 +7,7 @@ import type { ConnectionInfo, ConnectionObserver } from '../../src/relay/observe
 import type { TcpRelayOptions } from '../../src/relay/tcp.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { ep } from '../helpers/endpoints.ts';
-import { log, makeContext } from '../helpers/relay.ts';
+import { contextFor, log, makeContext, makeDualStackContext } from '../helpers/relay.ts';
 import { identityServer, request, tcpServer, waitFor } from '../helpers/servers.ts';
 
 async function proxy(
@@ -148,13 +148,49 @@ test('a hanging endpoint costs one connect timeout and does not delay other clie
   assert.equal(context.stats.connectFailures['timeout'], 2);
 });
 
-test('no endpoints: the connection is closed at once and counted', async (t) => {
+test('no endpoints: the connection is reset at once (ECONNRESET, not a clean end) and counted', async (t) => {
   const { listener, context } = await proxy(t, []);
   const started = Date.now();
-  const got = await request(listener.port, { send: 'hello' }).catch((e: Error) => `error:${e.message}`);
-  assert.ok(got === '' || got.startsWith('error:'));
+  const outcome = await new Promise<string>((resolve) => {
+    const socket = net.connect({ host: '127.0.0.1', port: listener.port });
+    socket.on('error', (err: NodeJS.ErrnoException) => resolve(`error:${err.code}`));
+    socket.on('end', () => resolve('clean end'));
+    socket.resume();
+    socket.write('hello');
+  });
+  // kube-proxy REJECTs; the nearest a listener can do is an RST, never an empty clean response.
+  assert.equal(outcome, 'error:ECONNRESET');
   assert.ok(Date.now() - started < 1000);
   assert.equal(context.stats.noEndpoints, 1);
+  await waitFor(() => context.stats.active === 0, 1000, 'the connection to be accounted');
+});
+
+test('dual-stack: an IPv4 client goes to the IPv4 endpoints, an IPv6 client to the IPv6 ones', async (t) => {
+  const v4 = await identityServer('127.0.0.11', 'v4');
+  t.after(() => v4.close());
+  let v6: Awaited<ReturnType<typeof identityServer>> | undefined;
+  try {
+    v6 = await identityServer('::1', 'v6');
+    t.after(() => v6!.close());
+  } catch {
+    // No ::1 here (IPv6 disabled): only the IPv4 half can be checked.
+  }
+  const context = makeDualStackContext({
+    IPv4: [ep(v4.host, v4.port)],
+    IPv6: v6 === undefined ? [] : [ep('::1', v6.port)],
+  });
+  const listener = new TcpListener(context, DEFAULT_TCP_OPTIONS, { log });
+  await listener.listen(v6 === undefined ? '0.0.0.0' : '::', 0);
+  t.after(() => listener.destroy());
+  // On `::` the IPv4 client is seen as ::ffff:127.0.0.1: still IPv4.
+  for (let i = 0; i < 5; i++) assert.equal(await request(listener.port), 'v4');
+  assert.deepEqual([...context.stats.picks.keys()], [`127.0.0.11:${v4.port}`]);
+  if (v6 === undefined) {
+    t.skip('::1 is not available: the IPv6 half is not checked');
+    return;
+  }
+  for (let i = 0; i < 5; i++) assert.equal(await request(listener.port, { host: '::1' }), 'v6');
+  assert.equal(context.stats.picks.get(`[::1]:${v6.port}`), 5);
 });
 
 test('half-close: a client that shuts down its write side still receives the whole response', async (t) => {
@@ -292,7 +328,6 @@ test('outlier ejection: a refusing endpoint is skipped after 3 failures and retu
   const deadPort = dead.port;
   await dead.close();
   let now = 1_000_000;
-  const context = makeContext([]);
   const { RoundRobinBalancer } = await import('../../src/loadbalancer/round-robin.ts');
   const balancer = new RoundRobinBalancer(Math.random, {
     consecutiveFailures: 3,
@@ -301,7 +336,7 @@ test('outlier ejection: a refusing endpoint is skipped after 3 failures and retu
     maxEjectionPercent: 50,
   });
   balancer.setEndpoints([...backends.map((s) => ep(s.host, s.port)), ep('127.0.0.13', deadPort)]);
-  const listener = new TcpListener({ ...context, balancer }, DEFAULT_TCP_OPTIONS, { log, now: () => now });
+  const listener = new TcpListener(contextFor(balancer), DEFAULT_TCP_OPTIONS, { log, now: () => now });
   await listener.listen('127.0.0.1', 0);
   t.after(() => listener.destroy());
   const stats = listener.context.stats;

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import type { UdpRelayOptions } from '../../src/relay/udp.ts';
 import { DEFAULT_UDP_OPTIONS, UdpListener } from '../../src/relay/udp.ts';
 import { ep } from '../helpers/endpoints.ts';
-import { log, makeContext } from '../helpers/relay.ts';
+import { log, makeContext, makeDualStackContext } from '../helpers/relay.ts';
 import { udpRequest, udpServer, waitFor } from '../helpers/servers.ts';
 
 async function proxy(
@@ -149,4 +149,116 @@ test('an endpoint that answers with ICMP unreachable loses the session and the c
     await new Promise((r) => setTimeout(r, 25));
   }
   assert.equal(got, 'good');
+});
+
+test('a session whose endpoint is removed is closed by endpointsChanged; the next datagram goes to a live endpoint', async (t) => {
+  const servers = await Promise.all(
+    ['127.0.0.11', '127.0.0.12'].map((h) => udpServer(h, () => Buffer.from(h))),
+  );
+  t.after(() => Promise.all(servers.map((s) => s.close())));
+  const endpoints = servers.map((s) => ep(s.host, s.port));
+  // A session far longer than the test: only the hook can move the client.
+  const { listener, context } = await proxy(t, endpoints, { idleTimeoutMs: 60_000 });
+  const socket = dgram.createSocket('udp4');
+  t.after(() => socket.close());
+  const answers: string[] = [];
+  socket.on('message', (m) => answers.push(m.toString()));
+  await new Promise<void>((r) => socket.bind(0, '127.0.0.21', r));
+  // node-local-dns style: a datagram every 20 ms.
+  const timer = setInterval(() => socket.send('q', listener.port, '127.0.0.1'), 20);
+  t.after(() => clearInterval(timer));
+  await waitFor(() => answers.length >= 3, 2000, 'first answers');
+  const first = answers.at(-1)!;
+  const other = servers.find((s) => s.host !== first)!;
+  // The endpoint leaves the balancer; without the hook the session stays pinned to it.
+  assert.equal(context.balancer.setEndpoints(endpoints.filter((e) => e.ip !== first)), true);
+  const pinnedFrom = answers.length;
+  await waitFor(() => answers.length >= pinnedFrom + 5, 2000, 'answers without the hook');
+  assert.ok(
+    answers.slice(pinnedFrom).every((a) => a === first),
+    'without the hook the session keeps its removed endpoint',
+  );
+  // The proxier's hook: the session is closed at once, the next datagram picks a live endpoint.
+  assert.equal(listener.endpointsChanged(), 1);
+  assert.equal(listener.sessions.size, 0);
+  assert.equal(context.stats.udpSessionsEndpointRemoved, 1);
+  const from = answers.length;
+  await waitFor(() => answers.length >= from + 3, 2000, 'answers after the hook');
+  // At most one reply already in flight from the removed endpoint, then only the live one.
+  const after = answers.slice(from);
+  assert.ok(
+    after.slice(1).every((a) => a === other.host),
+    `moved to ${other.host}: ${after}`,
+  );
+  assert.equal(context.stats.accepted, 2);
+  // Nothing else changed: the hook closes nothing.
+  assert.equal(listener.endpointsChanged(), 0);
+});
+
+test('endpointsChanged closes only the sessions of removed endpoints, with the endpoint-removed reason', async (t) => {
+  const servers = await Promise.all(
+    ['127.0.0.11', '127.0.0.12'].map((h) => udpServer(h, () => Buffer.from(h))),
+  );
+  t.after(() => Promise.all(servers.map((s) => s.close())));
+  const endpoints = servers.map((s) => ep(s.host, s.port));
+  const { listener, context } = await proxy(t, endpoints, { idleTimeoutMs: 60_000 });
+  const closed: string[] = [];
+  context.observer = {
+    opened() {},
+    closed: (c) => closed.push(`${c.endpoint?.ip} ${c.closeReason}`),
+    wantsData: false,
+  };
+  // Four clients, spread two per endpoint by round robin.
+  const got = await Promise.all(
+    ['127.0.0.21', '127.0.0.22', '127.0.0.23', '127.0.0.24'].map(async (c) =>
+      (await udpRequest(listener.port, 'q', { localAddress: c })).toString(),
+    ),
+  );
+  assert.deepEqual(got.slice().sort(), ['127.0.0.11', '127.0.0.11', '127.0.0.12', '127.0.0.12']);
+  context.balancer.setEndpoints([endpoints[1]!]);
+  assert.equal(listener.endpointsChanged(), 2);
+  assert.equal(listener.sessions.size, 2);
+  assert.deepEqual(closed, ['127.0.0.11 endpoint-removed', '127.0.0.11 endpoint-removed']);
+  assert.equal(context.stats.active, 2);
+});
+
+test('dual-stack: an IPv4 session goes to the IPv4 endpoints, an IPv6 session to the IPv6 ones', async (t) => {
+  const v4 = await udpServer('127.0.0.11', () => Buffer.from('v4'));
+  t.after(() => v4.close());
+  let v6: Awaited<ReturnType<typeof udpServer>> | undefined;
+  try {
+    v6 = await udpServer('::1', () => Buffer.from('v6'));
+    t.after(() => v6!.close());
+  } catch {
+    // No ::1 here (IPv6 disabled): only the IPv4 half can be checked.
+  }
+  const context = makeDualStackContext(
+    { IPv4: [ep(v4.host, v4.port)], IPv6: v6 === undefined ? [] : [ep('::1', v6.port)] },
+    'UDP',
+    'default/dns:dns',
+  );
+  const listener = new UdpListener(context, DEFAULT_UDP_OPTIONS, { log }, v6 === undefined ? 'udp4' : 'udp6');
+  await listener.listen(v6 === undefined ? '0.0.0.0' : '::', 0);
+  t.after(() => listener.close());
+  // On `::` the IPv4 client is seen as ::ffff:127.0.0.1: still IPv4, and the reply still reaches it.
+  for (let i = 0; i < 3; i++) assert.equal((await udpRequest(listener.port, 'q')).toString(), 'v4');
+  if (v6 === undefined) {
+    t.skip('::1 is not available: the IPv6 half is not checked');
+    return;
+  }
+  const reply = await new Promise<string>((resolve, reject) => {
+    const socket = dgram.createSocket('udp6');
+    const timer = setTimeout(() => reject(new Error('no reply over IPv6')), 2000);
+    socket.once('message', (m) => {
+      clearTimeout(timer);
+      socket.close();
+      resolve(m.toString());
+    });
+    socket.send('q', listener.port, '::1');
+  });
+  assert.equal(reply, 'v6');
+  // The IPv6 balancer lost its endpoint: only the IPv6 session is closed.
+  context.balancers.IPv6.setEndpoints([]);
+  assert.equal(listener.endpointsChanged(), 1);
+  assert.equal(listener.sessions.size, 3);
 });

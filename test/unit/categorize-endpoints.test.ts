@@ -3,6 +3,9 @@ import { test } from 'node:test';
 import {
   categorizeEndpoints,
   type EndpointPolicy,
+  externalEndpoints,
+  internalEndpoints,
+  type NodeTopology,
   sameServicePortEndpoints,
 } from '../../src/state/categorize-endpoints.ts';
 import type { Endpoint } from '../../src/state/endpoint.ts';
@@ -16,13 +19,19 @@ const n = (ip: string, extra: Partial<Endpoint> = {}) =>
   ep(ip, 80, { ready: false, serving: false, terminating: true, ...extra });
 const local = { isLocal: true, nodeName: 'node-a' };
 
+// A NodePort service (externally accessible); `cluster` and `external` below are the lists ClusterIP and
+// external traffic get (internalEndpoints, externalEndpoints).
 const V4: EndpointPolicy = {
   clusterIPs: ['10.96.0.1'],
   internalPolicyLocal: false,
   externalPolicyLocal: false,
+  externallyAccessible: true,
 };
 const ITP: EndpointPolicy = { ...V4, internalPolicyLocal: true };
 const ETP: EndpointPolicy = { ...V4, externalPolicyLocal: true };
+/** internalTrafficPolicy Local on a ClusterIP-only service: the cluster list is not used at all. */
+const ITP_ONLY: EndpointPolicy = { ...ITP, externallyAccessible: false };
+const NODE = 'node-a';
 
 type Case = {
   name: string;
@@ -33,6 +42,8 @@ type Case = {
   external: string[];
   localReady?: number;
   all?: string[];
+  /** Default: some endpoint is ready or serving+terminating. */
+  hasAny?: boolean;
 };
 
 const cases: Case[] = [
@@ -191,34 +202,129 @@ const cases: Case[] = [
     cluster: ['10.0.0.1:80', '[fd00::1]:80'],
     external: ['10.0.0.1:80', '[fd00::1]:80'],
   },
+  {
+    name: 'ITP Local, ClusterIP only, no local endpoint: nothing for ClusterIP, yet endpoints exist (DROP)',
+    policy: ITP_ONLY,
+    endpoints: [r('10.0.0.1'), r('10.0.0.2')],
+    cluster: [],
+    external: [],
+    hasAny: true,
+  },
+  {
+    name: 'ITP Local, ClusterIP only, local endpoint: ClusterIP gets it',
+    policy: ITP_ONLY,
+    endpoints: [r('10.0.0.1'), r('10.0.0.2', local)],
+    cluster: ['10.0.0.2:80'],
+    external: [],
+    localReady: 1,
+  },
+  {
+    name: 'ITP Local on a NodePort service: external traffic keeps the cluster list',
+    policy: ITP,
+    endpoints: [r('10.0.0.1'), r('10.0.0.2')],
+    cluster: [],
+    external: ['10.0.0.1:80', '10.0.0.2:80'],
+  },
+  {
+    name: 'ETP Local, no local endpoint: external traffic has none, ClusterIP keeps the cluster list',
+    policy: ETP,
+    endpoints: [r('10.0.0.1')],
+    cluster: ['10.0.0.1:80'],
+    external: [],
+  },
+  {
+    name: 'both Local: both get the local list',
+    policy: { ...V4, internalPolicyLocal: true, externalPolicyLocal: true },
+    endpoints: [r('10.0.0.1'), r('10.0.0.2', local), t('10.0.0.3', local)],
+    cluster: ['10.0.0.2:80'],
+    external: ['10.0.0.2:80'],
+    localReady: 1,
+  },
+  {
+    name: 'no usable endpoint anywhere: hasAnyEndpoints false (REJECT)',
+    policy: ETP,
+    endpoints: [n('10.0.0.1'), ep('10.0.0.2', 80, { ready: false })],
+    cluster: [],
+    external: [],
+    hasAny: false,
+  },
+  {
+    name: 'publishNotReadyAddresses: ready and terminating endpoints are used as ready',
+    endpoints: [ep('10.0.0.1', 80, { ready: true, serving: true, terminating: true }), t('10.0.0.2')],
+    cluster: ['10.0.0.1:80'],
+    external: ['10.0.0.1:80'],
+  },
+  {
+    name: 'node hints: every ready endpoint hinted, one for this node: only those',
+    endpoints: [r('10.0.0.1', { nodeHints: ['node-b'] }), r('10.0.0.2', { nodeHints: [NODE] })],
+    cluster: ['10.0.0.2:80'],
+    external: ['10.0.0.2:80'],
+  },
+  {
+    name: 'node hints win over zone hints',
+    zone: 'z1',
+    endpoints: [
+      r('10.0.0.1', { nodeHints: ['node-b'], zoneHints: ['z1'] }),
+      r('10.0.0.2', { nodeHints: [NODE], zoneHints: ['z2'] }),
+    ],
+    cluster: ['10.0.0.2:80'],
+    external: ['10.0.0.2:80'],
+  },
+  {
+    name: 'node hints on some endpoints only: fall back to zone hints',
+    zone: 'z1',
+    endpoints: [
+      r('10.0.0.1', { nodeHints: [NODE], zoneHints: ['z2'] }),
+      r('10.0.0.2', { zoneHints: ['z1'] }),
+    ],
+    cluster: ['10.0.0.2:80'],
+    external: ['10.0.0.2:80'],
+  },
+  {
+    name: 'node hints naming other nodes only: ignored',
+    endpoints: [r('10.0.0.1', { nodeHints: ['node-b'] }), r('10.0.0.2', { nodeHints: ['node-c'] })],
+    cluster: ['10.0.0.1:80', '10.0.0.2:80'],
+    external: ['10.0.0.1:80', '10.0.0.2:80'],
+  },
+  {
+    name: 'node hints ignore not-ready endpoints; none ready: serving+terminating, hints ignored',
+    endpoints: [t('10.0.0.1', { nodeHints: ['node-b'] }), t('10.0.0.2', { nodeHints: [NODE] })],
+    cluster: ['10.0.0.1:80', '10.0.0.2:80'],
+    external: ['10.0.0.1:80', '10.0.0.2:80'],
+  },
 ];
 
 for (const c of cases) {
   test(c.name, () => {
-    const got = categorizeEndpoints(c.endpoints, c.policy ?? V4, c.zone);
+    const policy = c.policy ?? V4;
+    const got = categorizeEndpoints(c.endpoints, policy, { nodeName: NODE, zone: c.zone });
     assert.deepEqual(
       {
-        cluster: got.cluster.map((e) => e.key),
-        external: got.external.map((e) => e.key),
+        cluster: internalEndpoints(policy, got).map((e) => e.key),
+        external: externalEndpoints(policy, got).map((e) => e.key),
         localReady: got.localReadyCount,
         all: got.all.map((e) => e.key),
+        hasAny: got.hasAnyEndpoints,
       },
       {
         cluster: c.cluster,
         external: c.external,
         localReady: c.localReady ?? 0,
         all: c.all ?? c.endpoints.map((e) => e.key),
+        hasAny: c.hasAny ?? c.endpoints.some((e) => e.ready || (e.serving && e.terminating)),
       },
     );
   });
 }
 
+const TOPO: NodeTopology = { nodeName: NODE, zone: undefined };
+
 test('sameServicePortEndpoints notices a flag change, not a new but equal value', () => {
-  const a = categorizeEndpoints([r('10.0.0.1'), r('10.0.0.2')], V4, undefined);
-  assert.ok(sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1'), r('10.0.0.2')], V4, undefined)));
-  assert.ok(!sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1'), t('10.0.0.2')], V4, undefined)));
+  const a = categorizeEndpoints([r('10.0.0.1'), r('10.0.0.2')], V4, TOPO);
+  assert.ok(sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1'), r('10.0.0.2')], V4, TOPO)));
+  assert.ok(!sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1'), t('10.0.0.2')], V4, TOPO)));
   assert.ok(
-    !sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1'), r('10.0.0.2', local)], V4, undefined)),
+    !sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1'), r('10.0.0.2', local)], V4, TOPO)),
   );
-  assert.ok(!sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1')], V4, undefined)));
+  assert.ok(!sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1')], V4, TOPO)));
 });

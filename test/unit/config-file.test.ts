@@ -87,11 +87,12 @@ test("a kubeadm-written file means kube-proxy's defaults; only what is set and a
     bindAddress: '0.0.0.0',
     bindAddressHardFail: false,
     kubeconfig: '/var/lib/kube-proxy/kubeconfig.conf',
+    clusterCIDRs: ['10.244.0.0/16'],
     profiling: false,
     verbosity: 0,
     proxyPortRange: '',
   });
-  assert.deepEqual(ignored, ['clusterCIDR']);
+  assert.deepEqual(ignored, []);
 });
 
 const fields: { name: string; yaml: string; want: Partial<Config> }[] = [
@@ -144,6 +145,26 @@ const fields: { name: string; yaml: string; want: Partial<Config> }[] = [
     yaml: 'logging:\n  format: text\n  verbosity: 4',
     want: { logFormat: 'text', verbosity: 4 },
   },
+  {
+    name: 'clusterCIDR (dual-stack)',
+    yaml: 'clusterCIDR: 10.244.0.0/16,fd00:10:244::/56',
+    want: { clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56'] },
+  },
+  {
+    name: 'detectLocalMode NodeCIDR',
+    yaml: 'detectLocalMode: NodeCIDR',
+    want: { detectLocalMode: 'NodeCIDR' },
+  },
+  {
+    name: 'detectLocal',
+    yaml: 'detectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: cbr0\n  interfaceNamePrefix: veth',
+    want: { detectLocalMode: 'BridgeInterface', podBridgeInterface: 'cbr0', podInterfaceNamePrefix: 'veth' },
+  },
+  {
+    name: 'nodePortAddresses primary',
+    yaml: 'nodePortAddresses: [primary]',
+    want: { nodePortAddresses: ['primary'] },
+  },
 ];
 for (const c of fields)
   test(`field ${c.name}`, () => {
@@ -163,21 +184,18 @@ test('JSON works too', () => {
 
 test('fields that do not apply are accepted and listed once', () => {
   const { config, ignored } = parseConfigFile(
-    `${HEAD}clusterCIDR: 10.244.0.0/16
-featureGates: { SomeGate: true }
+    `${HEAD}featureGates: { SomeGate: true }
 iptables: { masqueradeBit: 14, masqueradeAll: true, syncPeriod: 30s }
 ipvs: { scheduler: rr, strictARP: true }
 nftables: { syncPeriod: 0s }
 conntrack: { tcpBeLiberal: true, udpTimeout: 30s }
 winkernel: { enableDSR: true }
-detectLocalMode: BridgeInterface
 logging: { flushFrequency: 5s, vmodule: [{ filePattern: x, verbosity: 4 }] }
 `,
     'c.yaml',
   );
   assert.deepEqual(config, { iptablesSyncPeriodMs: 30_000 });
   assert.deepEqual(ignored, [
-    'clusterCIDR',
     'featureGates',
     'iptables.masqueradeBit',
     'iptables.masqueradeAll',
@@ -185,7 +203,6 @@ logging: { flushFrequency: 5s, vmodule: [{ filePattern: x, verbosity: 4 }] }
     'conntrack.tcpBeLiberal',
     'conntrack.udpTimeout',
     'winkernel',
-    'detectLocalMode',
     'logging.flushFrequency',
     'logging.vmodule',
   ]);
@@ -272,6 +289,31 @@ const bad: { name: string; text: string; want: RegExp }[] = [
     text: `${HEAD}nodePortAddresses: [10.0.0.1]`,
     want: /nodePortAddresses "10\.0\.0\.1": not a CIDR/,
   },
+  {
+    name: 'primary beside a CIDR',
+    text: `${HEAD}nodePortAddresses: [primary, 10.0.0.0/8]`,
+    want: /nodePortAddresses "primary,10\.0\.0\.0\/8": can't use both 'primary' and CIDRs/,
+  },
+  {
+    name: 'bad clusterCIDR',
+    text: `${HEAD}clusterCIDR: 10.244.0.0/33`,
+    want: /clusterCIDR "10\.244\.0\.0\/33": not a CIDR/,
+  },
+  {
+    name: 'two clusterCIDRs of one family',
+    text: `${HEAD}clusterCIDR: fd00::/48,fd01::/48`,
+    want: /clusterCIDR "fd00::\/48,fd01::\/48": may only contain at most one CIDR per IP family/,
+  },
+  {
+    name: 'unknown detectLocalMode',
+    text: `${HEAD}detectLocalMode: Foo`,
+    want: /detectLocalMode "Foo": expected one of/,
+  },
+  {
+    name: 'unknown detectLocal field',
+    text: `${HEAD}detectLocal: { clusterCIDRs: [] }`,
+    want: /unknown field "detectLocal\.clusterCIDRs"/,
+  },
   { name: 'struct as a string', text: `${HEAD}iptables: fast`, want: /iptables "fast": expected an object/ },
   { name: 'bad log format', text: `${HEAD}logging: { format: xml }`, want: /logging\.format "xml"/ },
   {
@@ -330,6 +372,10 @@ test('render then parse gives the same config', () => {
     metricsBindAddress: '[::1]:10249',
     bindAddressHardFail: true,
     nodePortAddresses: ['fd00::/64'],
+    clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56'],
+    detectLocalMode: 'InterfaceNamePrefix',
+    podBridgeInterface: 'cbr0',
+    podInterfaceNamePrefix: 'veth',
     oomScoreAdj: 0,
     conntrackMaxPerCore: 32768,
     conntrackMin: 131072,
@@ -379,7 +425,7 @@ test('precedence: defaults < file < flags given on the command line', async (t) 
   const file = join(dir, 'config.conf');
   await writeFile(
     file,
-    `${HEAD}udpIdleTimeout: 1s\nhostnameOverride: from-file\nmetricsBindAddress: 0.0.0.0:10249\nclusterCIDR: 10.0.0.0/8\n`,
+    `${HEAD}udpIdleTimeout: 1s\nhostnameOverride: from-file\nmetricsBindAddress: 0.0.0.0:10249\nipvs: { scheduler: rr }\n`,
   );
   const fromFile = await parseArgs(['--config', file]);
   assert.equal(fromFile.configFile, file);
@@ -388,7 +434,7 @@ test('precedence: defaults < file < flags given on the command line', async (t) 
   assert.equal(fromFile.config.metricsBindAddress, '0.0.0.0:10249');
   assert.equal(fromFile.config.iptablesSyncPeriodMs, DEFAULT_CONFIG.iptablesSyncPeriodMs);
   assert.deepEqual(fromFile.warnings, [
-    `Ignored fields of ${file} that do not apply to the userspace proxy: clusterCIDR`,
+    `Ignored fields of ${file} that do not apply to the userspace proxy: ipvs`,
   ]);
 
   const withFlags = await parseArgs([

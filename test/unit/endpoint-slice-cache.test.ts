@@ -8,7 +8,14 @@ const NODE = 'node-a';
 const WEB = serviceKey('ns', 'web');
 const HTTP = 'ns/web:http/TCP' as ServicePortKey;
 
-type EpOpts = { ready?: boolean; serving?: boolean; terminating?: boolean; node?: string; zones?: string[] };
+type EpOpts = {
+  ready?: boolean;
+  serving?: boolean;
+  terminating?: boolean;
+  node?: string;
+  zones?: string[];
+  forNodes?: string[];
+};
 
 function ep(ip: string, o: EpOpts = {}): EndpointSliceEndpoint {
   const conditions: EndpointSliceEndpoint['conditions'] = {};
@@ -19,7 +26,14 @@ function ep(ip: string, o: EpOpts = {}): EndpointSliceEndpoint {
     addresses: [ip],
     conditions,
     ...(o.node === undefined ? {} : { nodeName: o.node }),
-    ...(o.zones === undefined ? {} : { hints: { forZones: o.zones.map((name) => ({ name })) } }),
+    ...(o.zones === undefined && o.forNodes === undefined
+      ? {}
+      : {
+          hints: {
+            ...(o.zones === undefined ? {} : { forZones: o.zones.map((name) => ({ name })) }),
+            ...(o.forNodes === undefined ? {} : { forNodes: o.forNodes.map((name) => ({ name })) }),
+          },
+        }),
   };
 }
 
@@ -205,7 +219,9 @@ for (const c of cases) {
   });
 }
 
-test('conditions: ready nil→true, serving nil→true, terminating nil→false; terminating is never ready', () => {
+// ready is trusted as kube-proxy trusts it: the slice controller publishes terminating endpoints of a
+// Service with publishNotReadyAddresses as ready:true, terminating:true, and they must keep their traffic.
+test('conditions: ready nil→true, serving nil→true, terminating nil→false; ready+terminating stays ready', () => {
   const cache = new EndpointSliceCache(NODE);
   cache.update(
     slice('web-a', [
@@ -223,10 +239,29 @@ test('conditions: ready nil→true, serving nil→true, terminating nil→false;
     '10.0.0.2:8080 -S--',
     '10.0.0.3:8080 -ST-',
     '10.0.0.4:8080 --T-',
-    '10.0.0.5:8080 -ST-',
+    '10.0.0.5:8080 RST-',
     '10.0.0.6:8080 RS-L',
     '10.0.0.7:8080 RS--',
   ]);
+});
+
+test('node hints (hints.forNodes) are read, and a change of them is a change', () => {
+  const cache = new EndpointSliceCache(NODE);
+  cache.update(slice('web-a', [ep('10.0.0.1', { forNodes: [NODE] }), ep('10.0.0.2', { zones: ['z1'] })]));
+  const got = cache.endpoints(WEB).get(HTTP)!;
+  assert.deepEqual(
+    got.map((e) => [e.key, e.nodeHints, e.zoneHints]),
+    [
+      ['10.0.0.1:8080', [NODE], undefined],
+      ['10.0.0.2:8080', undefined, ['z1']],
+    ],
+  );
+  assert.deepEqual(
+    cache.update(
+      slice('web-a', [ep('10.0.0.1', { forNodes: ['node-b'] }), ep('10.0.0.2', { zones: ['z1'] })]),
+    ),
+    [WEB],
+  );
 });
 
 test('duplicate across slices: first kept unless a later one is not terminating', () => {

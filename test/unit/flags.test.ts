@@ -59,7 +59,46 @@ const bad = [
     want: /--conntrack-tcp-timeout-established "forever"/,
   },
   { name: 'unknown trace mode', args: ['--trace=all'], want: /Invalid values/ },
-  { name: 'nodeport keyword', args: ['--nodeport-addresses=all'], want: /keywords are not supported/ },
+  {
+    name: 'nodeport keyword other than primary',
+    args: ['--nodeport-addresses=all'],
+    want: /"all": not a CIDR/,
+  },
+  {
+    name: 'primary beside CIDRs',
+    args: ['--nodeport-addresses=primary,10.0.0.0/8'],
+    want: /can't use both 'primary' and CIDRs/,
+  },
+  {
+    name: 'bad cluster CIDR',
+    args: ['--cluster-cidr=10.244.0.0'],
+    want: /--cluster-cidr "10\.244\.0\.0": not a CIDR/,
+  },
+  {
+    name: 'two cluster CIDRs of one family',
+    args: ['--cluster-cidr=10.244.0.0/16,10.245.0.0/16'],
+    want: /at most one CIDR per IP family/,
+  },
+  {
+    name: 'three cluster CIDRs',
+    args: ['--cluster-cidr=10.244.0.0/16,fd00::/48,10.245.0.0/16'],
+    want: /at most one CIDR per IP family/,
+  },
+  {
+    name: 'unknown local mode',
+    args: ['--detect-local-mode=PodCIDR'],
+    want: /--detect-local-mode "PodCIDR": expected one of ClusterCIDR, NodeCIDR/,
+  },
+  {
+    name: 'bridge mode without a bridge',
+    args: ['--detect-local-mode=BridgeInterface'],
+    want: /--detect-local-mode=BridgeInterface needs a non-empty --pod-bridge-interface/,
+  },
+  {
+    name: 'prefix mode without a prefix',
+    args: ['--detect-local-mode=InterfaceNamePrefix', '--pod-interface-name-prefix= '],
+    want: /needs a non-empty --pod-interface-name-prefix/,
+  },
   { name: 'zero udp sessions', args: ['--udp-max-sessions=0'], want: /--udp-max-sessions/ },
   {
     name: 'min above max',
@@ -109,24 +148,70 @@ test('kube-proxy flags that mean something here set the config', async () => {
 
 test('settings accepted but not applied are warned about once', async () => {
   const { config, warnings } = await parseArgs([
-    '--conntrack-max-per-core=32768',
-    '--conntrack-tcp-timeout-established=24h',
+    '--conntrack-max-per-core=65536',
+    '--conntrack-tcp-timeout-established=12h',
     '--profiling',
-    '--cluster-cidr=10.244.0.0/16',
     '--masquerade-all',
     '--ipvs-scheduler=rr',
   ]);
-  assert.equal(config.conntrackMaxPerCore, 32768);
-  assert.equal(config.conntrackTcpEstablishedTimeoutMs, 86_400_000);
+  assert.equal(config.conntrackMaxPerCore, 65536);
+  assert.equal(config.conntrackTcpEstablishedTimeoutMs, 12 * 3_600_000);
   assert.equal(config.profiling, true);
-  assert.equal(warnings.length, 3);
-  assert.match(warnings[0]!, /Ignored flags .*: --cluster-cidr, --masquerade-all, --ipvs-scheduler$/);
-  assert.match(
-    warnings[1]!,
-    /Conntrack settings are not applied.*maxPerCore=32768, tcpEstablishedTimeout=24h0m0s$/,
-  );
-  assert.match(warnings[2]!, /Profiling/);
+  // Conntrack settings are applied now (netfilter/conntrack-settings.ts): no warning for them.
+  assert.equal(warnings.length, 2);
+  assert.match(warnings[0]!, /Ignored flags .*: --masquerade-all, --ipvs-scheduler$/);
+  assert.match(warnings[1]!, /Profiling/);
 });
+
+test("conntrack defaults are kube-proxy's", async () => {
+  const { config } = await parseArgs([]);
+  assert.equal(config.conntrackMaxPerCore, 32768);
+  assert.equal(config.conntrackMin, 131072);
+  assert.equal(config.conntrackTcpEstablishedTimeoutMs, 24 * 3_600_000);
+  assert.equal(config.conntrackTcpCloseWaitTimeoutMs, 3_600_000);
+});
+
+const localDetect = [
+  { name: 'default', args: [], want: { clusterCIDRs: [], detectLocalMode: 'ClusterCIDR' } },
+  {
+    name: 'dual-stack cluster CIDR',
+    args: ['--cluster-cidr=10.244.0.0/16, fd00:10:244::/56'],
+    want: { clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56'], detectLocalMode: 'ClusterCIDR' },
+  },
+  {
+    name: 'empty mode means ClusterCIDR',
+    args: ['--detect-local-mode=', '--cluster-cidr=10.244.0.0/16'],
+    want: { clusterCIDRs: ['10.244.0.0/16'], detectLocalMode: 'ClusterCIDR' },
+  },
+  {
+    name: 'NodeCIDR',
+    args: ['--detect-local-mode=NodeCIDR'],
+    want: { clusterCIDRs: [], detectLocalMode: 'NodeCIDR' },
+  },
+  {
+    name: 'BridgeInterface',
+    args: ['--detect-local-mode=BridgeInterface', '--pod-bridge-interface=cbr0'],
+    want: { clusterCIDRs: [], detectLocalMode: 'BridgeInterface', podBridgeInterface: 'cbr0' },
+  },
+  {
+    name: 'InterfaceNamePrefix',
+    args: ['--detect-local-mode=InterfaceNamePrefix', '--pod-interface-name-prefix=veth'],
+    want: { clusterCIDRs: [], detectLocalMode: 'InterfaceNamePrefix', podInterfaceNamePrefix: 'veth' },
+  },
+  {
+    name: 'nodeport primary',
+    args: ['--nodeport-addresses=primary'],
+    want: { nodePortAddresses: ['primary'] },
+  },
+];
+for (const c of localDetect) {
+  test(`local detection and NodePort flags: ${c.name}`, async () => {
+    const { config, warnings } = await parseArgs(c.args);
+    const got = Object.fromEntries(Object.keys(c.want).map((k) => [k, config[k as keyof typeof config]]));
+    assert.deepEqual(got, c.want);
+    assert.deepEqual(warnings, []);
+  });
+}
 
 test('server addresses: a bare IP gets the port, IPv6 binds move the defaults', async () => {
   const bare = await parseArgs(['--healthz-bind-address=10.0.0.5', '--metrics-bind-address=::1']);
@@ -157,7 +242,8 @@ test('--help and --version', async () => {
   assert.match(help.help!, /--no-iptables/);
   assert.match(help.help!, /--config /);
   assert.match(help.help!, /--trace/);
-  assert.match(help.help!, /ignored .*--cluster-cidr/s);
+  assert.match(help.help!, /ignored .*--masquerade-all/s);
+  assert.match(help.help!, /--detect-local-mode/);
   assert.equal((await parseArgs(['--version'])).version, true);
 });
 

@@ -155,16 +155,36 @@ test('missingJumps lists the built-in chains with iptables -S and reports what i
     'nat OUTPUT':
       '-P OUTPUT ACCEPT\n-A OUTPUT -m comment --comment "a \\"quoted\\" -j KUBE-PORTALS-HOST" -j DOCKER\n',
     'filter INPUT': '-P INPUT ACCEPT\n',
+    // kube-proxy's own jumps (same targets, its arguments) count as ours being in place.
+    'filter FORWARD':
+      '-P FORWARD DROP\n-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES\n-A FORWARD -j KUBE-PROXY-FIREWALL\n',
+    'filter OUTPUT': '-P OUTPUT ACCEPT\n-A OUTPUT -j KUBE-SERVICES\n',
   };
   const { run, calls } = recordingRun((c) => ({ stdout: listing[`${c.args[2]} ${c.args[4]}`] ?? '' }));
   const missing = await createIptables(run).missingJumps('IPv6');
   assert.deepEqual(
-    missing.map((j) => `${j.from}->${j.to}`),
-    ['OUTPUT->KUBE-PORTALS-HOST', 'OUTPUT->KUBE-NODEPORT-HOST', 'INPUT->KUBE-NODEPORT-NON-LOCAL'],
+    missing.map((j) => `${j.table} ${j.from}->${j.to}`),
+    [
+      'nat OUTPUT->KUBE-PORTALS-HOST',
+      'nat OUTPUT->KUBE-NODEPORT-HOST',
+      'filter INPUT->KUBE-NODEPORT-NON-LOCAL',
+      'filter INPUT->KUBE-NODEPORTS',
+      'filter INPUT->KUBE-EXTERNAL-SERVICES',
+      'filter FORWARD->KUBE-EXTERNAL-SERVICES',
+      'filter INPUT->KUBE-PROXY-FIREWALL',
+      'filter OUTPUT->KUBE-PROXY-FIREWALL',
+    ],
   );
+  // nat OUTPUT and filter OUTPUT are different chains: each listed once.
   assert.deepEqual(
     calls.map((c) => [c.cmd, ...c.args].join(' ')),
-    ['ip6tables -w -t nat -S OUTPUT', 'ip6tables -w -t nat -S PREROUTING', 'ip6tables -w -t filter -S INPUT'],
+    [
+      'ip6tables -w -t nat -S OUTPUT',
+      'ip6tables -w -t nat -S PREROUTING',
+      'ip6tables -w -t filter -S INPUT',
+      'ip6tables -w -t filter -S FORWARD',
+      'ip6tables -w -t filter -S OUTPUT',
+    ],
   );
   const none = createIptables(recordingRun(() => ({ stdout: '' })).run);
   assert.deepEqual(await none.missingJumps('IPv4'), JUMPS);
@@ -249,12 +269,25 @@ test('cleanup removes shard chains of another shard count and the layout before 
 -A KUBE-SERVICES -d 10.0.0.1/32 -j KUBE-SVC-ABCDEF
 COMMIT
 `;
+  // Our filter chains carry kube-proxy's names (theirs or ours: both ours to remove in filter).
   const filter = `*filter
 :INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
 :KUBE-NODEPORT-NON-LOCAL - [0:0]
 :KUBE-FIREWALL - [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-PROXY-FIREWALL - [0:0]
+:KUBE-NODEPORTS - [0:0]
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS
 -A INPUT -m comment --comment "Ensure that non-local NodePort traffic can flow" -j KUBE-NODEPORT-NON-LOCAL
 -A INPUT -j KUBE-FIREWALL
+-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -d 10.0.0.1/32 -p tcp -m comment --comment "default/x:y has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable
 COMMIT
 `;
   const { run, calls } = recordingRun((c) => ({ stdout: c.args[1] === 'nat' ? nat : filter }));
@@ -281,13 +314,33 @@ COMMIT
     {
       table: '*filter',
       deletes: [
+        '-D INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL',
+        '-D INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES',
+        '-D INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS',
         '-D INPUT -m comment --comment "Ensure that non-local NodePort traffic can flow" -j KUBE-NODEPORT-NON-LOCAL',
+        '-D FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-D OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
       ],
-      flushed: [':KUBE-NODEPORT-NON-LOCAL - [0:0]'],
-      removed: ['-X KUBE-NODEPORT-NON-LOCAL'],
+      flushed: [
+        ':KUBE-EXTERNAL-SERVICES - [0:0]',
+        ':KUBE-NODEPORT-NON-LOCAL - [0:0]',
+        ':KUBE-NODEPORTS - [0:0]',
+        ':KUBE-PROXY-FIREWALL - [0:0]',
+        ':KUBE-SERVICES - [0:0]',
+      ],
+      removed: [
+        '-X KUBE-EXTERNAL-SERVICES',
+        '-X KUBE-NODEPORT-NON-LOCAL',
+        '-X KUBE-NODEPORTS',
+        '-X KUBE-PROXY-FIREWALL',
+        '-X KUBE-SERVICES',
+      ],
     },
   ]);
-  assert.doesNotMatch(restores[0]?.stdin ?? '', /KUBE-SERVICES|KUBE-SVC|KUBE-FIREWALL/);
+  // nat KUBE-SERVICES and KUBE-SVC-* belong to an iptables-mode kube-proxy; KUBE-FIREWALL to kubelet.
+  const [natPart] = (restores[0]?.stdin ?? '').split('*filter');
+  assert.doesNotMatch(natPart ?? '', /KUBE-SERVICES|KUBE-SVC/);
+  assert.doesNotMatch(restores[0]?.stdin ?? '', /KUBE-SVC|KUBE-FIREWALL /);
 });
 
 test('cleanup on a clean host runs no restore', async () => {

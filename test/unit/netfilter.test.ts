@@ -93,13 +93,13 @@ test('first sync is full with the missing jumps; then deltas with only the chang
   const delta = iptables.restores[0]?.text ?? '';
   assert.deepEqual(iptables.kinds(), ['IPv4:delta']);
   assert.ok(delta.includes('default/b:http') && !delta.includes('default/a:http'), delta);
-  // b's ClusterIP 10.0.0.2 is in shard 2: the delta appends to that shard chain only.
+  // b's ClusterIP 10.0.0.2 is in shard 2: the delta appends to that shard chain only (and b's ACCEPT).
   assert.deepEqual(
     delta
       .split('\n')
       .filter((l) => l.startsWith('-'))
       .map((l) => l.split(' ').slice(0, 2).join(' ')),
-    ['-A KUBE-PORTALS-CONTAINER-02', '-A KUBE-PORTALS-HOST-02'],
+    ['-A KUBE-PORTALS-CONTAINER-02', '-A KUBE-PORTALS-HOST-02', '-A KUBE-NODEPORT-NON-LOCAL'],
   );
 
   await nf.sync([a, b], { full: false });
@@ -150,6 +150,41 @@ test('a change of the node addresses inside --nodeport-addresses forces a full r
   await nf.sync([np], { full: false, localAddresses: ['10.9.9.8', '192.168.1.5'] });
   await nf.sync([np], { full: false, localAddresses: ['192.168.1.6'] });
   assert.deepEqual(iptables.kinds(), ['IPv4:full', 'IPv4:full']);
+});
+
+test('the local detector is read at every sync; a change of it (NodeCIDR learnt late) forces a full restore', async () => {
+  const iptables = new FakeIptables();
+  let detector: { ifLocal: string; ifNotLocal: string } | undefined;
+  const nf = new Netfilter({
+    iptables,
+    log: silentLogger(),
+    families: [v4],
+    localDetector: (family) => (family === 'IPv4' ? detector : undefined),
+  });
+  const lb = portal('default', 'lb', 'http', {
+    clusterIPs: ['10.0.0.4'],
+    loadBalancerIPs: ['198.51.100.4'],
+    proxyPort: 40004,
+    localProxyPort: 40005,
+    externalPolicyLocal: true,
+    endpoints: { local: true },
+  });
+  await nf.sync([lb], { full: false });
+  assert.doesNotMatch(iptables.restores.map((r) => r.text).join(''), /-s 10\.244/);
+  await nf.sync([lb], { full: false });
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+  detector = { ifLocal: '-s 10.244.0.0/16', ifNotLocal: '! -s 10.244.0.0/16' };
+  await nf.sync([lb], { full: false });
+  const text = iptables.restores.map((r) => r.text).join('');
+  assert.deepEqual(iptables.kinds(), ['IPv4:full']);
+  assert.match(text, /-d 198\.51\.100\.4\/32 -s 10\.244\.0\.0\/16 -j REDIRECT --to-ports 40004\n/);
+  // A FamilyConfig detector is used when the deps give none.
+  const fixed = setup([{ ...v4, localDetector: { ifLocal: '-i cbr0', ifNotLocal: '! -i cbr0' } }]);
+  await fixed.nf.sync([lb], { full: false });
+  assert.match(
+    fixed.iptables.restores.map((r) => r.text).join(''),
+    / -i cbr0 -j REDIRECT --to-ports 40004\n/,
+  );
 });
 
 test('both families sync; one failing does not stop the other; cleanup covers both', async () => {
@@ -277,6 +312,30 @@ COMMIT
     new Map([
       ['default/dns:dns/UDP', 40001],
       ['default/web:http/TCP', 40002],
+      ['default/nodeportonly:x/TCP', 40998],
+    ]),
+  );
+});
+
+test('previousProxyPorts: the local-list listener under `/local`, also when only NodePort rules name it', async () => {
+  // What this version writes for an ETP Local service (pods short-circuited to the cluster listener
+  // 40002, the rest to the local one 40003), and an ETP Local NodePort-only local listener (40005).
+  const nat = `*nat
+:KUBE-PORTALS-CONTAINER-01 - [0:0]
+:KUBE-NODEPORT-CONTAINER - [0:0]
+-A KUBE-PORTALS-CONTAINER-01 -s 10.244.0.0/16 -d 198.51.100.1/32 -p tcp -m comment --comment "default/lb:http" -m tcp --dport 80 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-01 -d 198.51.100.1/32 -p tcp -m comment --comment "default/lb:http/local" -m tcp --dport 80 -j REDIRECT --to-ports 40003
+-A KUBE-NODEPORT-CONTAINER -s 10.244.0.0/16 -p udp -m comment --comment "default/np:" -m udp --dport 30053 -j REDIRECT --to-ports 40004
+-A KUBE-NODEPORT-CONTAINER -p udp -m comment --comment "default/np:/local" -m udp --dport 30053 -j REDIRECT --to-ports 40005
+COMMIT
+`;
+  assert.deepEqual(
+    await programmer({ IPv4: nat }, ['IPv4']).previousProxyPorts(),
+    new Map([
+      ['default/lb:http/TCP', 40002],
+      ['default/lb:http/TCP/local', 40003],
+      ['default/np:/UDP', 40004],
+      ['default/np:/UDP/local', 40005],
     ]),
   );
 });

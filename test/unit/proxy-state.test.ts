@@ -242,7 +242,7 @@ test('terminating fallback and traffic policies reach the snapshot', () => {
   const snap = state.checkout();
   assert.deepEqual(eps(snap, key('web')), [], 'ITP Local with only remote endpoints');
   assert.deepEqual(
-    snap.endpoints.get(key('lb'))?.external.map((e) => e.key),
+    snap.endpoints.get(key('lb'))?.local.map((e) => e.key),
     ['10.0.1.1:8080'],
   );
   assert.deepEqual(eps(snap, key('lb')), ['10.0.1.2:8080']);

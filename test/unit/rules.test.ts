@@ -18,15 +18,18 @@ import {
   MAX_COMMENT_LENGTH,
   type PortalSpec,
   portalRules,
+  portalTargets,
+  type Rule,
   type RuleContext,
   renderDelta,
+  renderJumps,
   renderRestoreInput,
   restoreText,
   sameContext,
   sanitizeComment,
 } from '../../src/netfilter/rules.ts';
-import type { IPFamily, ServicePortName } from '../../src/state/service-port.ts';
-import { manyPortals, portal } from '../helpers/portals.ts';
+import type { IPFamily, ServicePortKey, ServicePortName } from '../../src/state/service-port.ts';
+import { manyPortals, type PortalOptions, portal } from '../helpers/portals.ts';
 
 const v4: RuleContext = {
   family: 'IPv4',
@@ -65,10 +68,26 @@ function dispatchLines(family: IPFamily): string {
 
 const NAT_HEAD = NAT_CHAINS + dispatchLines('IPv4');
 const NAT_HEAD6 = NAT_CHAINS + dispatchLines('IPv6');
-const FILTER_EMPTY = `*filter
+/** `*filter` and the `:CHAIN` lines of a full restore: ours, then kube-proxy's names. */
+const FILTER_HEAD = `*filter
 :KUBE-NODEPORT-NON-LOCAL - [0:0]
-COMMIT
+:KUBE-SERVICES - [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-PROXY-FIREWALL - [0:0]
+:KUBE-NODEPORTS - [0:0]
 `;
+const FILTER_EMPTY = `${FILTER_HEAD}COMMIT
+`;
+
+/** The ACCEPT of a listener port for hosts whose INPUT policy is DROP. */
+function accept(comment: string, port: number, proto = 'tcp'): string {
+  return `-A KUBE-NODEPORT-NON-LOCAL -m comment --comment ${comment} -p ${proto} -m conntrack --ctstate DNAT --ctreplsrcport ${port} -j ACCEPT\n`;
+}
+
+/** A full filter text holding `lines`. */
+function filterOf(...lines: string[]): string {
+  return `${FILTER_HEAD}${lines.join('')}COMMIT\n`;
+}
 
 test('the expected nat head of these tests (checked, since every golden builds on it)', () => {
   const lines = NAT_HEAD.split('\n');
@@ -107,14 +126,14 @@ const webNodePort = portal('default', 'web', 'http', {
 
 const goldens: { name: string; ctx: RuleContext; portals: PortalSpec[]; nat: string; filter: string }[] = [
   {
-    name: 'ClusterIP TCP',
+    name: 'ClusterIP TCP: ACCEPT of the proxy port for DNATed traffic (INPUT policy DROP)',
     ctx: v4,
     portals: [web],
     nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     // The example of reference §1.3, byte for byte (in its shard chain).
@@ -125,7 +144,7 @@ COMMIT
 -A KUBE-PORTALS-HOST-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(accept('default/dns:dns', 40001, 'udp')),
   },
   {
     name: 'two services in different shards, one more sharing a shard: shard order, then key order',
@@ -139,10 +158,14 @@ COMMIT
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(
+      accept('default/a:http', 40003),
+      accept('default/dns:dns', 40001, 'udp'),
+      accept('default/web:http', 40002),
+    ),
   },
   {
-    name: 'externalIPs: physdev and addrtype rules, host side only for local; in the shard of the externalIP',
+    name: 'externalIPs: from pods and from the node, like LB IPs (no physdev/addrtype); in the shard of the externalIP',
     ctx: v4,
     portals: [
       portal('default', 'web', 'http', {
@@ -151,14 +174,13 @@ COMMIT
         proxyPort: 40002,
       }),
     ],
-    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m physdev ! --physdev-is-in -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m addrtype --dst-type LOCAL -j REDIRECT --to-ports 40002
+    nat: `${NAT_HEAD}-A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -j REDIRECT --to-ports 40002
 -A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-HOST-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -m addrtype --dst-type LOCAL -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -j DNAT --to-destination 192.168.1.5:40002
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     name: 'LoadBalancer IPs like ClusterIPs, in the shard of the LB IP',
@@ -176,10 +198,10 @@ COMMIT
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
-    name: 'NodePort on every local address, ACCEPT on the proxy port (NodePort chains are not sharded)',
+    name: 'NodePort on every local address (NodePort chains are not sharded)',
     ctx: v4,
     portals: [webNodePort],
     nat: `${NAT_HEAD}-A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
@@ -188,11 +210,7 @@ COMMIT
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
-    filter: `*filter
-:KUBE-NODEPORT-NON-LOCAL - [0:0]
--A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m tcp --dport 40002 -m state --state NEW -j ACCEPT
-COMMIT
-`,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     name: 'NodePort with --nodeport-addresses: one rule per local address inside the CIDRs',
@@ -210,11 +228,7 @@ COMMIT
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
-    filter: `*filter
-:KUBE-NODEPORT-NON-LOCAL - [0:0]
--A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m tcp --dport 40002 -m state --state NEW -j ACCEPT
-COMMIT
-`,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     name: 'NodePort with --nodeport-addresses matching no local address: no NodePort rules',
@@ -224,7 +238,7 @@ COMMIT
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     name: 'specific bind IP: DNAT to it on both sides',
@@ -236,11 +250,7 @@ COMMIT
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.9:40002
 COMMIT
 `,
-    filter: `*filter
-:KUBE-NODEPORT-NON-LOCAL - [0:0]
--A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m tcp --dport 40002 -m state --state NEW -j ACCEPT
-COMMIT
-`,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     name: 'IPv6: only this family, /128, bracketed DNAT, IPv6 dispatch',
@@ -256,13 +266,12 @@ COMMIT
     ],
     // fd00:96::20 ends in 0x20: shard 0.
     nat: `${NAT_HEAD6}-A KUBE-PORTALS-CONTAINER-00 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m physdev ! --physdev-is-in -j REDIRECT --to-ports 40002
--A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m addrtype --dst-type LOCAL -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -j REDIRECT --to-ports 40002
 -A KUBE-PORTALS-HOST-00 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j DNAT --to-destination [fd00::5]:40002
--A KUBE-PORTALS-HOST-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -m addrtype --dst-type LOCAL -j DNAT --to-destination [fd00::5]:40002
+-A KUBE-PORTALS-HOST-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -j DNAT --to-destination [fd00::5]:40002
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     name: 'IPv6: hex shard names (0x7b → 1B, 0xa → 0A)',
@@ -280,7 +289,7 @@ COMMIT
 -A KUBE-PORTALS-HOST-1B -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::7b/128 -j DNAT --to-destination [fd00::5]:40002
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     name: 'IPv6 with a specific bind IP',
@@ -290,7 +299,7 @@ COMMIT
 -A KUBE-PORTALS-HOST-00 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j DNAT --to-destination [fd00::9]:40002
 COMMIT
 `,
-    filter: FILTER_EMPTY,
+    filter: filterOf(accept('default/web:http', 40002)),
   },
   {
     name: 'no portals: chains declared (flushed), dispatch rules, nothing else',
@@ -318,6 +327,458 @@ for (const c of goldens) {
   });
 }
 
+// Traffic policies, rejects, source ranges, ACCEPTs (issue 13). 10.0.0.20 is in shard 14, 198.51.100.1
+// in shard 01. The expected text is each table's rules, after the heads checked above.
+const pods: RuleContext = {
+  ...v4,
+  localDetector: { ifLocal: '-s 10.244.0.0/16', ifNotLocal: '! -s 10.244.0.0/16' },
+};
+const cbr: RuleContext = { ...v4, localDetector: { ifLocal: '-i cbr0', ifNotLocal: '! -i cbr0' } };
+/** An ETP Local LoadBalancer with a NodePort: proxyPort serves the cluster list, localProxyPort the local one. */
+const etpLocal = (o: PortalOptions = {}) =>
+  portal('default', 'lb', 'http', {
+    clusterIPs: ['10.0.0.20'],
+    loadBalancerIPs: ['198.51.100.1'],
+    nodePort: 30080,
+    proxyPort: 40002,
+    localProxyPort: 40003,
+    externalPolicyLocal: true,
+    healthCheckNodePort: 32000,
+    endpoints: { local: true },
+    ...o,
+  });
+const itpLocal = (o: PortalOptions = {}) =>
+  portal('default', 'web', 'http', {
+    clusterIPs: ['10.0.0.20'],
+    nodePort: 30080,
+    proxyPort: 40002,
+    localProxyPort: 40003,
+    internalPolicyLocal: true,
+    endpoints: { local: true },
+    ...o,
+  });
+const noEndpoints = portal('default', 'web', 'http', {
+  clusterIPs: ['10.0.0.20'],
+  externalIPs: ['203.0.113.7'],
+  loadBalancerIPs: ['198.51.100.1'],
+  loadBalancerSourceRanges: ['203.0.113.0/24'],
+  nodePort: 30080,
+  proxyPort: 40002,
+  endpoints: { any: false, cluster: false },
+});
+const NONE = { any: false, cluster: false, local: false };
+const dualStack = portal('default', 'web', 'http', {
+  clusterIPs: ['10.0.0.20', 'fd00:96::20'],
+  externalIPs: ['203.0.113.7', '2001:db8::7'],
+  nodePort: 30080,
+  proxyPort: 40002,
+  IPv6: { any: false, cluster: false },
+});
+
+/** The rule lines of a full restore (nat, then filter), without the heads the goldens above check. */
+function ruleLines(text: { nat: string; filter: string }, family: IPFamily): string {
+  assert.ok(text.nat.startsWith(family === 'IPv6' ? NAT_HEAD6 : NAT_HEAD));
+  assert.ok(text.filter.startsWith(FILTER_HEAD));
+  const nat = text.nat.slice((family === 'IPv6' ? NAT_HEAD6 : NAT_HEAD).length);
+  const filter = text.filter.slice(FILTER_HEAD.length);
+  return (nat + filter).replaceAll('COMMIT\n', '');
+}
+
+const policyGoldens: { name: string; ctx: RuleContext; portals: PortalSpec[]; want: string }[] = [
+  {
+    name: 'externalTrafficPolicy Local with local endpoints and a CIDR detector: pods (first) and the node to the cluster listener, everyone else to the local one',
+    ctx: pods,
+    portals: [etpLocal()],
+    want: `-A KUBE-NODEPORT-CONTAINER -m comment --comment default/lb:http -p tcp -m tcp --dport 30080 -s 10.244.0.0/16 -j REDIRECT --to-ports 40002
+-A KUBE-NODEPORT-CONTAINER -m comment --comment default/lb:http/local -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40003
+-A KUBE-NODEPORT-HOST -m comment --comment default/lb:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.0.0/16 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-NODEPORTS -m comment --comment "default/lb:http health check node port" -p tcp -m tcp --dport 32000 -j ACCEPT
+`,
+  },
+  {
+    name: 'externalTrafficPolicy Local without local endpoints, CIDR detector: pods and the node still served, everyone else DROPped',
+    ctx: pods,
+    portals: [etpLocal({ endpoints: { local: false } })],
+    want: `-A KUBE-NODEPORT-CONTAINER -m comment --comment default/lb:http -p tcp -m tcp --dport 30080 -s 10.244.0.0/16 -j REDIRECT --to-ports 40002
+-A KUBE-NODEPORT-HOST -m comment --comment default/lb:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.0.0/16 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/lb:http has no local endpoints" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/lb:http has no local endpoints" -p tcp -m tcp --dport 30080 -m addrtype --dst-type LOCAL -j DROP
+-A KUBE-NODEPORTS -m comment --comment "default/lb:http health check node port" -p tcp -m tcp --dport 32000 -j ACCEPT
+`,
+  },
+  {
+    name: 'externalTrafficPolicy Local without a detector: no pod short-circuit, the node to the cluster listener',
+    ctx: v4,
+    portals: [etpLocal()],
+    want: `-A KUBE-NODEPORT-CONTAINER -m comment --comment default/lb:http/local -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40003
+-A KUBE-NODEPORT-HOST -m comment --comment default/lb:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-NODEPORTS -m comment --comment "default/lb:http health check node port" -p tcp -m tcp --dport 32000 -j ACCEPT
+`,
+  },
+  {
+    name: 'externalTrafficPolicy Local, no local endpoint, no detector: only the node is served, the rest DROPped',
+    ctx: v4,
+    portals: [etpLocal({ endpoints: { local: false } })],
+    want: `-A KUBE-NODEPORT-HOST -m comment --comment default/lb:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/lb:http has no local endpoints" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/lb:http has no local endpoints" -p tcp -m tcp --dport 30080 -m addrtype --dst-type LOCAL -j DROP
+-A KUBE-NODEPORTS -m comment --comment "default/lb:http health check node port" -p tcp -m tcp --dport 32000 -j ACCEPT
+`,
+  },
+  {
+    name: 'internalTrafficPolicy Local, not external: proxyPort serves the local list',
+    ctx: v4,
+    portals: [
+      portal('default', 'web', 'http', {
+        clusterIPs: ['10.0.0.20'],
+        proxyPort: 40002,
+        internalPolicyLocal: true,
+        endpoints: { cluster: false, local: true },
+      }),
+    ],
+    want: `-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+`,
+  },
+  {
+    name: 'internalTrafficPolicy Local with a NodePort: ClusterIP to the local listener, the NodePort to the cluster one',
+    ctx: v4,
+    portals: [itpLocal()],
+    want: `-A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
+-A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http/local -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http/local -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40003
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+`,
+  },
+  {
+    name: 'internalTrafficPolicy Local without local endpoints: ClusterIP DROPped, the NodePort still served',
+    ctx: v4,
+    portals: [itpLocal({ endpoints: { local: false } })],
+    want: `-A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
+-A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-SERVICES -m comment --comment "default/web:http has no local endpoints" -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DROP
+`,
+  },
+  {
+    name: 'no endpoints at all: no NAT rule, REJECT for the ClusterIP, externalIP, LB IP (no firewall) and NodePort',
+    ctx: v4,
+    portals: [noEndpoints],
+    want: `-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 30080 -m addrtype --dst-type LOCAL -j REJECT
+`,
+  },
+  {
+    name: 'no endpoints, NodePort with --nodeport-addresses: a REJECT per address',
+    ctx: {
+      ...v4,
+      nodePortAddresses: ['192.168.1.0/24'],
+      localAddresses: ['192.168.1.5', '192.168.1.6', '10.1.0.1'],
+    },
+    portals: [
+      portal('default', 'web', 'http', {
+        clusterIPs: ['10.0.0.20'],
+        nodePort: 30080,
+        proxyPort: 40002,
+        endpoints: { any: false, cluster: false },
+      }),
+    ],
+    want: `-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 30080 -d 192.168.1.5/32 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 30080 -d 192.168.1.6/32 -j REJECT
+`,
+  },
+  {
+    name: "loadBalancerSourceRanges: LB IP rules per range of this family, the node's own LB IP source (a range holds the node IP), firewall DROP; the NodePort is not subject to them",
+    ctx: v4,
+    portals: [
+      portal('default', 'lb', 'http', {
+        clusterIPs: ['10.0.0.20'],
+        loadBalancerIPs: ['198.51.100.1'],
+        nodePort: 30080,
+        loadBalancerSourceRanges: ['203.0.113.0/24', '192.168.0.0/16', '2001:db8::/32'],
+        proxyPort: 40002,
+      }),
+    ],
+    want: `-A KUBE-NODEPORT-CONTAINER -m comment --comment default/lb:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
+-A KUBE-NODEPORT-HOST -m comment --comment default/lb:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 192.168.0.0/16 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 192.168.0.0/16 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-PROXY-FIREWALL -m comment --comment "default/lb:http traffic not accepted by loadBalancerSourceRanges" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+`,
+  },
+  {
+    name: 'loadBalancerSourceRanges without the node IP: no allowFromNode rule',
+    ctx: v4,
+    portals: [
+      portal('default', 'lb', 'http', {
+        clusterIPs: ['10.0.0.20'],
+        loadBalancerIPs: ['198.51.100.1'],
+        loadBalancerSourceRanges: ['203.0.113.0/24'],
+        proxyPort: 40002,
+      }),
+    ],
+    want: `-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-PROXY-FIREWALL -m comment --comment "default/lb:http traffic not accepted by loadBalancerSourceRanges" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+`,
+  },
+  {
+    name: 'loadBalancerSourceRanges with externalTrafficPolicy Local and a CIDR detector: the pod rule gets the intersection (pod CIDR inside a range, a range inside the pod CIDR, none for a disjoint one)',
+    ctx: pods,
+    portals: [
+      etpLocal({
+        nodePort: 0,
+        healthCheckNodePort: 0,
+        loadBalancerSourceRanges: ['10.0.0.0/8', '10.244.1.0/24', '203.0.113.0/24'],
+      }),
+    ],
+    want: `-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.0.0/16 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.1.0/24 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.0.0.0/8 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.1.0/24 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.0.0.0/8 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.1.0/24 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-PROXY-FIREWALL -m comment --comment "default/lb:http traffic not accepted by loadBalancerSourceRanges" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+`,
+  },
+  {
+    name: 'loadBalancerSourceRanges, externalTrafficPolicy Local, no local endpoint: pods in a range and the node served; the rest DROPped (policy or firewall)',
+    ctx: pods,
+    portals: [
+      etpLocal({
+        nodePort: 0,
+        healthCheckNodePort: 0,
+        loadBalancerSourceRanges: ['10.0.0.0/8', '203.0.113.0/24'],
+        endpoints: { local: false },
+      }),
+    ],
+    want: `-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.0.0/16 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.0.0.0/8 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/lb:http has no local endpoints" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+-A KUBE-PROXY-FIREWALL -m comment --comment "default/lb:http traffic not accepted by loadBalancerSourceRanges" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+`,
+  },
+  {
+    name: 'loadBalancerSourceRanges with externalTrafficPolicy Local and an interface detector: range and interface on one rule',
+    ctx: cbr,
+    portals: [
+      etpLocal({
+        nodePort: 0,
+        healthCheckNodePort: 0,
+        loadBalancerSourceRanges: ['10.0.0.0/8', '203.0.113.0/24'],
+      }),
+    ],
+    want: `-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.0.0.0/8 -i cbr0 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -i cbr0 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.0.0.0/8 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.0.0.0/8 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-PROXY-FIREWALL -m comment --comment "default/lb:http traffic not accepted by loadBalancerSourceRanges" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+`,
+  },
+  {
+    name: 'loadBalancerSourceRanges of the other family only: every source of this one (as kube-proxy), no firewall',
+    ctx: v4,
+    portals: [
+      portal('default', 'lb', 'http', {
+        clusterIPs: ['10.0.0.20'],
+        loadBalancerIPs: ['198.51.100.1'],
+        loadBalancerSourceRanges: ['2001:db8::/32'],
+        proxyPort: 40002,
+      }),
+    ],
+    want: `-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+`,
+  },
+  {
+    name: 'dual-stack with endpoints in IPv4 only: IPv4 served',
+    ctx: v4,
+    portals: [dualStack],
+    want: `-A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
+-A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-07 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 203.0.113.7/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+`,
+  },
+  {
+    name: 'dual-stack with endpoints in IPv4 only: IPv6 REJECTed',
+    ctx: v6,
+    portals: [dualStack],
+    want: `-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-A KUBE-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 80 -d fd00:96::20/128 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 80 -d 2001:db8::7/128 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 30080 -m addrtype --dst-type LOCAL -j REJECT
+`,
+  },
+];
+
+for (const c of policyGoldens) {
+  test(`renderRestoreInput: ${c.name}`, () => {
+    assert.equal(ruleLines(renderRestoreInput({ ...c.ctx, portals: c.portals }), c.ctx.family), c.want);
+  });
+}
+
+test('portalTargets: which listener each kind of traffic goes to, and the filter verdicts', () => {
+  const t = (p: PortalSpec, family: IPFamily = 'IPv4') => portalTargets(p, family);
+  const cluster = { port: 40002, local: false };
+  const local = { port: 40003, local: true };
+  const cases: {
+    name: string;
+    got: ReturnType<typeof portalTargets>;
+    want: ReturnType<typeof portalTargets>;
+  }[] = [
+    {
+      name: 'Cluster policies',
+      got: t(web),
+      want: {
+        internal: cluster,
+        external: cluster,
+        shortCircuit: cluster,
+        internalFilter: undefined,
+        externalFilter: undefined,
+      },
+    },
+    {
+      name: 'ETP Local',
+      got: t(etpLocal()),
+      want: {
+        internal: cluster,
+        external: local,
+        shortCircuit: cluster,
+        internalFilter: undefined,
+        externalFilter: undefined,
+      },
+    },
+    {
+      name: 'ETP Local, no local endpoint: DROP for external traffic',
+      got: t(etpLocal({ endpoints: { local: false } })),
+      want: {
+        internal: cluster,
+        external: undefined,
+        shortCircuit: cluster,
+        internalFilter: undefined,
+        externalFilter: 'DROP',
+      },
+    },
+    {
+      name: 'ITP Local beside a NodePort',
+      got: t(itpLocal()),
+      want: {
+        internal: local,
+        external: cluster,
+        shortCircuit: cluster,
+        internalFilter: undefined,
+        externalFilter: undefined,
+      },
+    },
+    {
+      name: 'ITP Local only: proxyPort serves the local list',
+      got: t(
+        portal('a', 'b', 'c', {
+          proxyPort: 40002,
+          internalPolicyLocal: true,
+          endpoints: { cluster: false, local: true },
+        }),
+      ),
+      want: {
+        internal: cluster,
+        external: undefined,
+        shortCircuit: undefined,
+        internalFilter: undefined,
+        externalFilter: 'DROP',
+      },
+    },
+    {
+      name: 'no endpoint at all: REJECT',
+      got: t(noEndpoints),
+      want: {
+        internal: undefined,
+        external: undefined,
+        shortCircuit: undefined,
+        internalFilter: 'REJECT',
+        externalFilter: 'REJECT',
+      },
+    },
+    {
+      name: 'per family: endpoints in IPv4 only',
+      got: t(dualStack, 'IPv6'),
+      want: {
+        internal: undefined,
+        external: undefined,
+        shortCircuit: undefined,
+        internalFilter: 'REJECT',
+        externalFilter: 'REJECT',
+      },
+    },
+  ];
+  for (const c of cases) assert.deepEqual(c.got, c.want, c.name);
+});
+
 test('renderRestoreInput: missing jumps come after the chain lines, with positions and comments of §1.1', () => {
   const got = renderRestoreInput({ ...v4, portals: [] }, JUMPS);
   assert.equal(
@@ -331,9 +792,15 @@ ${dispatchLines('IPv4')}COMMIT
   );
   assert.equal(
     got.filter,
-    `*filter
-:KUBE-NODEPORT-NON-LOCAL - [0:0]
--I INPUT 1 -m comment --comment "Ensure that non-local NodePort traffic can flow" -j KUBE-NODEPORT-NON-LOCAL
+    `${FILTER_HEAD}-I INPUT 1 -m comment --comment "Ensure that non-local NodePort traffic can flow" -j KUBE-NODEPORT-NON-LOCAL
+-I INPUT 1 -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS
+-I INPUT 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-I FORWARD 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-I FORWARD 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-I OUTPUT 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-I INPUT 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
+-I FORWARD 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
+-I OUTPUT 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
 COMMIT
 `,
   );
@@ -342,6 +809,28 @@ COMMIT
     JUMPS.filter((j) => j.table === 'filter'),
   );
   assert.equal(onlyOne.nat, `${NAT_HEAD}COMMIT\n`);
+});
+
+test('the jumps, each inserted at position 1 in order, leave the DROP/REJECT chains before the ACCEPTs', () => {
+  const builtins = new Map<string, string[]>();
+  for (const line of renderJumps(JUMPS).filter) {
+    const [, from, , ...rest] = line.split(' ');
+    const list = builtins.get(from!) ?? [];
+    list.unshift(rest.at(-1)!);
+    builtins.set(from!, list);
+  }
+  assert.deepEqual(Object.fromEntries(builtins), {
+    INPUT: ['KUBE-PROXY-FIREWALL', 'KUBE-EXTERNAL-SERVICES', 'KUBE-NODEPORTS', 'KUBE-NODEPORT-NON-LOCAL'],
+    FORWARD: ['KUBE-PROXY-FIREWALL', 'KUBE-SERVICES', 'KUBE-EXTERNAL-SERVICES'],
+    OUTPUT: ['KUBE-PROXY-FIREWALL', 'KUBE-SERVICES'],
+  });
+  // The DROP/REJECT hooks see new connections only (as kube-proxy's), so replies are never dropped.
+  for (const j of JUMPS.filter(
+    (j) =>
+      j.table === 'filter' &&
+      ['KUBE-SERVICES', 'KUBE-EXTERNAL-SERVICES', 'KUBE-PROXY-FIREWALL'].includes(j.to),
+  ))
+    assert.deepEqual(j.args.slice(0, 4), ['-m', 'conntrack', '--ctstate', 'NEW'], `${j.from} -> ${j.to}`);
 });
 
 test('renderRestoreInput is deterministic: same bytes twice and for any input order', () => {
@@ -362,11 +851,22 @@ test('renderRestoreInput is deterministic: same bytes twice and for any input or
 });
 
 const BUILTIN = new Set(['PREROUTING', 'INPUT', 'OUTPUT', 'POSTROUTING', 'FORWARD']);
-const TARGETS = new Set(['REDIRECT', 'DNAT', 'ACCEPT']);
+const TARGETS = new Set(['REDIRECT', 'DNAT', 'ACCEPT', 'REJECT', 'DROP']);
 
 test('no rule jumps to or is appended to an undeclared chain', () => {
-  const ctxs = [v4, v6, { ...v4, bindAddress: '192.168.1.9' }];
-  const portals = [...manyPortals(50), dns, webNodePort];
+  const ctxs = [v4, v6, { ...v4, bindAddress: '192.168.1.9' }, pods, cbr];
+  const portals = [
+    ...manyPortals(50),
+    dns,
+    webNodePort,
+    etpLocal({ loadBalancerSourceRanges: ['10.0.0.0/8'] }),
+    itpLocal({ clusterIPs: ['10.0.0.21'], endpoints: { local: false } }),
+    {
+      ...noEndpoints,
+      servicePort: { ...noEndpoints.servicePort, key: 'default/none:http/TCP' as ServicePortKey },
+    },
+    dualStack,
+  ];
   for (const ctx of ctxs) {
     const text = renderRestoreInput({ ...ctx, portals }, JUMPS);
     for (const table of ['nat', 'filter'] as const) {
@@ -397,36 +897,45 @@ const hostile = [
   '',
 ];
 
-test('hostile names change nothing but their own comment', () => {
-  const benign = portal('default', 'benign', 'p', {
-    clusterIPs: ['10.0.0.50'],
-    externalIPs: ['203.0.113.9'],
-    nodePort: 30050,
-    proxyPort: 40050,
-  });
-  const render = (p: PortalSpec) =>
-    restoreText(renderRestoreInput({ ...v4, portals: [p] }, JUMPS)).split('\n');
-  const want = render(benign);
-  for (const name of hostile) {
-    const evil: PortalSpec = {
-      ...benign,
-      servicePort: { ...benign.servicePort, name: name as ServicePortName },
-    };
-    const got = render(evil);
-    assert.equal(got.length, want.length, JSON.stringify(name));
-    for (let i = 0; i < got.length; i++) {
-      const g = splitLine(got[i]!);
-      const w = splitLine(want[i]!);
-      assert.equal(g.length, w.length, `${JSON.stringify(name)}: line ${i}: ${got[i]}`);
-      const at = w.indexOf('--comment');
-      for (let k = 0; k < w.length; k++) {
-        if (k === at + 1 && w[k] === 'default/benign:p') {
-          assert.ok(
-            g[k]!.length <= MAX_COMMENT_LENGTH && g[k]!.length > 0,
-            `${JSON.stringify(name)}: ${g[k]}`,
-          );
-          assert.match(g[k]!, /^[A-Za-z0-9._:/-]+$/);
-        } else assert.equal(g[k], w[k], `${JSON.stringify(name)}: line ${i}`);
+test('hostile names change nothing but their own comment, in every kind of rule', () => {
+  const benigns = [
+    portal('default', 'benign', 'p', {
+      clusterIPs: ['10.0.0.50'],
+      externalIPs: ['203.0.113.9'],
+      nodePort: 30050,
+      proxyPort: 40050,
+    }),
+    // `/local` comments, health check, firewall and DROP comments (quoted, with spaces).
+    etpLocal({ loadBalancerSourceRanges: ['10.0.0.0/8'], endpoints: { local: false } }),
+    { ...noEndpoints, servicePort: { ...noEndpoints.servicePort, loadBalancerSourceRanges: [] } },
+  ];
+  for (const benign of benigns) {
+    const plain = benign.servicePort.name;
+    const render = (p: PortalSpec) =>
+      restoreText(renderRestoreInput({ ...pods, portals: [p] }, JUMPS)).split('\n');
+    const want = render(benign);
+    for (const name of hostile) {
+      const evil: PortalSpec = {
+        ...benign,
+        servicePort: { ...benign.servicePort, name: name as ServicePortName },
+      };
+      const got = render(evil);
+      assert.equal(got.length, want.length, JSON.stringify(name));
+      for (let i = 0; i < got.length; i++) {
+        const g = splitLine(got[i]!);
+        const w = splitLine(want[i]!);
+        assert.equal(g.length, w.length, `${JSON.stringify(name)}: line ${i}: ${got[i]}`);
+        const at = w.indexOf('--comment');
+        for (let k = 0; k < w.length; k++) {
+          if (k === at + 1 && w[k]!.startsWith(plain)) {
+            const suffix = w[k]!.slice(plain.length);
+            assert.ok(
+              g[k]!.length <= MAX_COMMENT_LENGTH && g[k]!.endsWith(suffix),
+              `${JSON.stringify(name)}: ${g[k]}`,
+            );
+            assert.match(g[k]!.slice(0, g[k]!.length - suffix.length), /^[A-Za-z0-9._:/-]+$/);
+          } else assert.equal(g[k], w[k], `${JSON.stringify(name)}: line ${i}`);
+        }
       }
     }
   }
@@ -453,8 +962,23 @@ test('invalid data is never rendered: bad IPs, ports, protocols, proxy port 0', 
   const portalLines = text.nat.slice(NAT_HEAD.length).split('\n');
   assert.equal(portalLines.filter((l) => l.startsWith('-A')).length, 2);
   assert.ok(text.nat.includes('-A KUBE-PORTALS-CONTAINER-02 -m comment --comment default/bad:x'));
-  assert.equal(text.filter, FILTER_EMPTY);
-  assert.equal(renderRestoreInput({ ...v4, portals: [{ ...p, proxyPort: 0 }] }).nat, `${NAT_HEAD}COMMIT\n`);
+  assert.equal(text.filter, filterOf(accept('default/bad:x', 40000)));
+  for (const bad of [{ proxyPort: 0 }, { localProxyPort: 70000 }, { localProxyPort: -1 }]) {
+    const got = renderRestoreInput({ ...v4, portals: [{ ...p, ...bad }] });
+    assert.equal(got.nat, `${NAT_HEAD}COMMIT\n`, JSON.stringify(bad));
+    assert.equal(got.filter, FILTER_EMPTY, JSON.stringify(bad));
+  }
+  // Source ranges and detectors that are no CIDR of the family never reach a line.
+  const lb = portal('default', 'lb', 'x', {
+    clusterIPs: ['10.0.0.3'],
+    loadBalancerIPs: ['198.51.100.3'],
+    loadBalancerSourceRanges: ['10.0.0.0/8 -j ACCEPT', '10.0.0.0/33', 'x/8', '10.0.0.0/8\n-A', '10.1.0.0/16'],
+  });
+  const ranges = restoreText(renderRestoreInput({ ...v4, portals: [lb] }));
+  assert.deepEqual(
+    [...ranges.matchAll(/ -s (\S+)/g)].map((m) => m[1]),
+    ['10.1.0.0/16', '10.1.0.0/16'],
+  );
 });
 
 test('a loopback or wrong-family host IP or bind address is refused', () => {
@@ -510,7 +1034,9 @@ const deltaCases: { name: string; prev: PortalSpec[]; next: PortalSpec[]; nat: s
 -A KUBE-PORTALS-HOST-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
 COMMIT
 `,
-    filter: '',
+    filter: `*filter
+${accept('default/dns:dns', 40001, 'udp')}COMMIT
+`,
   },
   {
     name: 'remove',
@@ -521,10 +1047,12 @@ COMMIT
 -D KUBE-PORTALS-HOST-0A -m comment --comment default/dns:dns -p udp -m udp --dport 53 -d 10.0.0.10/32 -j DNAT --to-destination 192.168.1.5:40001
 COMMIT
 `,
-    filter: '',
+    filter: `*filter
+-D${accept('default/dns:dns', 40001, 'udp').slice(2)}COMMIT
+`,
   },
   {
-    name: 'change: a NodePort is added, the ClusterIP rules stay in place',
+    name: 'change: a NodePort is added, the ClusterIP rules and the ACCEPT stay in place',
     prev: [web, dns],
     next: [webNodePort, dns],
     nat: `*nat
@@ -532,10 +1060,7 @@ COMMIT
 -A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
 COMMIT
 `,
-    filter: `*filter
--A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/web:http -p tcp -m tcp --dport 40002 -m state --state NEW -j ACCEPT
-COMMIT
-`,
+    filter: '',
   },
   {
     name: 'change: a new proxy port replaces every rule of that service port',
@@ -548,7 +1073,9 @@ COMMIT
 -A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40099
 COMMIT
 `,
-    filter: '',
+    filter: `*filter
+-D${accept('default/web:http', 40002).slice(2)}${accept('default/web:http', 40099)}COMMIT
+`,
   },
   {
     name: 'change: a new ClusterIP moves the rules to the shard of the new IP',
@@ -583,20 +1110,39 @@ for (const c of deltaCases) {
   });
 }
 
-test('renderDelta: full(prev) + delta = full(next) over random changes at scale', () => {
+/**
+ * Each chain's rules per service port (the comment without `/local` and kube-proxy's wording), in
+ * order: what a delta must get right. The order between service ports does not matter.
+ */
+function perServicePort(model: Map<string, string[]>): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const [chain, rules] of model)
+    for (const rule of rules) {
+      const name = /--comment "?([^ "]+?)(\/local)?[ "]/.exec(rule)?.[1] ?? '';
+      const key = `${chain} ${name}`;
+      out.set(key, [...(out.get(key) ?? []), rule]);
+    }
+  return new Map([...out].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+test('renderDelta: full(prev) + delta = full(next) over random changes at scale, rule order within each service port kept', () => {
   let seed = 42;
   const rand = (n: number) => {
     seed = (seed * 1103515245 + 12345) % 2 ** 31;
     return seed % n;
   };
   let prev = manyPortals(500);
-  const ctx = { ...v4, nodePortAddresses: ['10.0.0.0/8'], localAddresses: ['10.0.0.1', '10.0.0.2'] };
-  for (let round = 0; round < 30; round++) {
+  const ctx = { ...pods, nodePortAddresses: ['10.0.0.0/8'], localAddresses: ['10.0.0.1', '10.0.0.2'] };
+  // What the kernel would hold, rule order included: deltas applied one after the other.
+  const ordered = new Map<string, string[]>();
+  apply(ordered, restoreText(renderRestoreInput({ ...ctx, portals: prev })));
+  const bool = () => rand(2) === 1;
+  for (let round = 0; round < 40; round++) {
     const next = [...prev];
     for (let k = 0; k < 5; k++) {
       const i = rand(next.length);
       const p = next[i]!;
-      const choice = rand(4);
+      const choice = rand(6);
       if (choice === 0) next.splice(i, 1);
       else if (choice === 1) next[i] = { ...p, proxyPort: 1 + rand(65535) };
       else if (choice === 2)
@@ -606,6 +1152,26 @@ test('renderDelta: full(prev) + delta = full(next) over random changes at scale'
             ...p.servicePort,
             externalIPs: [`203.0.113.${rand(255)}`],
             nodePort: 30000 + rand(100),
+          },
+        };
+      else if (choice === 3)
+        // Endpoints come and go (0↔N, local ones too).
+        next[i] = {
+          ...p,
+          endpoints: { ...p.endpoints, IPv4: { any: bool(), cluster: bool(), local: bool() } },
+        };
+      else if (choice === 4)
+        // An ETP Local LoadBalancer with ranges around and inside the pod CIDR.
+        next[i] = {
+          ...p,
+          localProxyPort: 1 + rand(65535),
+          servicePort: {
+            ...p.servicePort,
+            loadBalancerIPs: [`198.51.100.${rand(255)}`],
+            loadBalancerSourceRanges: [['10.0.0.0/8'], ['10.244.1.0/24', '203.0.113.0/24'], []][rand(3)]!,
+            externalPolicyLocal: true,
+            externallyAccessible: true,
+            healthCheckNodePort: rand(2) * (32000 + rand(100)),
           },
         };
       else
@@ -618,17 +1184,183 @@ test('renderDelta: full(prev) + delta = full(next) over random changes at scale'
     }
     const model = modelOf(restoreText(renderRestoreInput({ ...ctx, portals: prev })));
     const delta = restoreText(renderDelta(prev, next, ctx));
-    assert.ok(delta.split('\n').length < 60, `round ${round}: delta of ${delta.split('\n').length} lines`);
+    assert.ok(delta.split('\n').length < 80, `round ${round}: delta of ${delta.split('\n').length} lines`);
     assertDeltaTouchesNoDispatch(delta, `round ${round}`);
     apply(model, delta);
     for (const [k, rules] of model) model.set(k, [...rules].sort());
-    assert.deepEqual(
-      model,
-      modelOf(restoreText(renderRestoreInput({ ...ctx, portals: next }))),
-      `round ${round}`,
-    );
+    const full = restoreText(renderRestoreInput({ ...ctx, portals: next }));
+    assert.deepEqual(model, modelOf(full), `round ${round}`);
+    apply(ordered, delta);
+    const wanted = new Map<string, string[]>();
+    apply(wanted, full);
+    assert.deepEqual(perServicePort(ordered), perServicePort(wanted), `round ${round}: order`);
     prev = next;
   }
+});
+
+const policyDeltas: {
+  name: string;
+  ctx: RuleContext;
+  prev: PortalSpec[];
+  next: PortalSpec[];
+  want: string;
+}[] = [
+  {
+    name: 'endpoints 0 → N: the NAT rules appended, the REJECTs deleted, the ACCEPT untouched',
+    ctx: v4,
+    prev: [{ ...webNodePort, endpoints: { IPv4: NONE, IPv6: NONE } }],
+    next: [webNodePort],
+    want: `*nat
+-A KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
+-A KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+COMMIT
+*filter
+-D KUBE-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REJECT
+-D KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 30080 -m addrtype --dst-type LOCAL -j REJECT
+COMMIT
+`,
+  },
+  {
+    name: 'endpoints N → 0: the NAT rules deleted, REJECTs appended',
+    ctx: v4,
+    prev: [webNodePort],
+    next: [{ ...webNodePort, endpoints: { IPv4: NONE, IPv6: NONE } }],
+    want: `*nat
+-D KUBE-PORTALS-CONTAINER-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REDIRECT --to-ports 40002
+-D KUBE-PORTALS-HOST-14 -m comment --comment default/web:http -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j DNAT --to-destination 192.168.1.5:40002
+-D KUBE-NODEPORT-CONTAINER -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports 40002
+-D KUBE-NODEPORT-HOST -m comment --comment default/web:http -p tcp -m tcp --dport 30080 -j DNAT --to-destination 192.168.1.5:40002
+COMMIT
+*filter
+-A KUBE-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 80 -d 10.0.0.20/32 -j REJECT
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/web:http has no endpoints" -p tcp -m tcp --dport 30080 -m addrtype --dst-type LOCAL -j REJECT
+COMMIT
+`,
+  },
+  {
+    name: 'ETP Local, the last local endpoint goes: the catch-all deleted, the pod rule before it kept, a DROP',
+    ctx: pods,
+    prev: [etpLocal({ nodePort: 0, healthCheckNodePort: 0 })],
+    next: [etpLocal({ nodePort: 0, healthCheckNodePort: 0, endpoints: { local: false } })],
+    want: `*nat
+-D KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REDIRECT --to-ports 40003
+COMMIT
+*filter
+-A KUBE-EXTERNAL-SERVICES -m comment --comment "default/lb:http has no local endpoints" -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DROP
+COMMIT
+`,
+  },
+  {
+    // A multiset difference would delete the pod rule and append the new one after the unchanged
+    // catch-all: pods would reach the local list. From the first rule that differs, all are replaced.
+    name: 'ETP Local, a new cluster proxy port: the pod rule and the catch-all after it replaced in order',
+    ctx: pods,
+    prev: [etpLocal({ nodePort: 0, healthCheckNodePort: 0, clusterIPs: ['10.0.0.1'] })],
+    next: [etpLocal({ nodePort: 0, healthCheckNodePort: 0, clusterIPs: ['10.0.0.1'], proxyPort: 40004 })],
+    want: `*nat
+-D KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.1/32 -j REDIRECT --to-ports 40002
+-D KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.0.0/16 -j REDIRECT --to-ports 40002
+-D KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REDIRECT --to-ports 40003
+-D KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-D KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.1/32 -j REDIRECT --to-ports 40004
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 10.244.0.0/16 -j REDIRECT --to-ports 40004
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http/local -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j REDIRECT --to-ports 40003
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 10.0.0.1/32 -j DNAT --to-destination 192.168.1.5:40004
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -j DNAT --to-destination 192.168.1.5:40004
+COMMIT
+*filter
+-D KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40002 -j ACCEPT
+-D KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40004 -j ACCEPT
+-A KUBE-NODEPORT-NON-LOCAL -m comment --comment default/lb:http/local -p tcp -m conntrack --ctstate DNAT --ctreplsrcport 40003 -j ACCEPT
+COMMIT
+`,
+  },
+  {
+    name: 'source ranges change: the firewall stays, the LB IP rules follow',
+    ctx: v4,
+    prev: [
+      portal('default', 'lb', 'http', {
+        clusterIPs: ['10.0.0.20'],
+        loadBalancerIPs: ['198.51.100.1'],
+        loadBalancerSourceRanges: ['203.0.113.0/24'],
+        proxyPort: 40002,
+      }),
+    ],
+    next: [
+      portal('default', 'lb', 'http', {
+        clusterIPs: ['10.0.0.20'],
+        loadBalancerIPs: ['198.51.100.1'],
+        loadBalancerSourceRanges: ['198.18.0.0/15'],
+        proxyPort: 40002,
+      }),
+    ],
+    want: `*nat
+-D KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j REDIRECT --to-ports 40002
+-D KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 203.0.113.0/24 -j DNAT --to-destination 192.168.1.5:40002
+-A KUBE-PORTALS-CONTAINER-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 198.18.0.0/15 -j REDIRECT --to-ports 40002
+-A KUBE-PORTALS-HOST-01 -m comment --comment default/lb:http -p tcp -m tcp --dport 80 -d 198.51.100.1/32 -s 198.18.0.0/15 -j DNAT --to-destination 192.168.1.5:40002
+COMMIT
+`,
+  },
+];
+
+for (const c of policyDeltas) {
+  test(`renderDelta: ${c.name}`, () => {
+    const got = renderDelta(c.prev, c.next, c.ctx);
+    assert.equal(restoreText(got), c.want);
+    // Applied to the rules in place, rule order included, it gives what a full render would.
+    const model = new Map<string, string[]>();
+    apply(model, restoreText(renderRestoreInput({ ...c.ctx, portals: c.prev })));
+    apply(model, restoreText(got));
+    const want = new Map<string, string[]>();
+    apply(want, restoreText(renderRestoreInput({ ...c.ctx, portals: c.next })));
+    assert.deepEqual(perServicePort(model), perServicePort(want));
+  });
+}
+
+test('renderDelta: every field the rules read is compared (a change of it alone is a delta)', () => {
+  const base = etpLocal({ loadBalancerSourceRanges: ['10.0.0.0/8'] });
+  const sp = base.servicePort;
+  const changes: [string, PortalSpec][] = [
+    ['localProxyPort', { ...base, localProxyPort: 40009 }],
+    [
+      'endpoints.IPv4.any',
+      {
+        ...base,
+        endpoints: {
+          ...base.endpoints,
+          IPv4: { ...base.endpoints.IPv4, any: false, cluster: false, local: false },
+        },
+      },
+    ],
+    [
+      'endpoints.IPv4.cluster',
+      { ...base, endpoints: { ...base.endpoints, IPv4: { ...base.endpoints.IPv4, cluster: false } } },
+    ],
+    [
+      'endpoints.IPv4.local',
+      { ...base, endpoints: { ...base.endpoints, IPv4: { ...base.endpoints.IPv4, local: false } } },
+    ],
+    [
+      'loadBalancerSourceRanges',
+      { ...base, servicePort: { ...sp, loadBalancerSourceRanges: ['10.1.0.0/16'] } },
+    ],
+    ['externalPolicyLocal', { ...base, servicePort: { ...sp, externalPolicyLocal: false } }],
+    ['internalPolicyLocal', { ...base, servicePort: { ...sp, internalPolicyLocal: true } }],
+    ['healthCheckNodePort', { ...base, servicePort: { ...sp, healthCheckNodePort: 32001 } }],
+  ];
+  for (const [what, next] of changes)
+    assert.notEqual(restoreText(renderDelta([base], [next], pods)), '', what);
+  // IPv6 flags matter to the IPv6 rules.
+  const six = portal('default', 'six', 'p', { clusterIPs: ['fd00::20'] });
+  assert.notEqual(
+    restoreText(renderDelta([six], [{ ...six, endpoints: { ...six.endpoints, IPv6: NONE } }], v6)),
+    '',
+  );
 });
 
 test('sameContext: node addresses outside --nodeport-addresses do not force a full render', () => {
@@ -638,6 +1370,10 @@ test('sameContext: node addresses outside --nodeport-addresses do not force a fu
   assert.ok(sameContext(v4, { ...v4, localAddresses: ['10.0.0.1'] }));
   assert.ok(!sameContext(v4, { ...v4, hostIP: '192.168.1.6' }));
   assert.ok(!sameContext(v4, { ...v4, bindAddress: '192.168.1.5' }));
+  // The local detector decides the pod short-circuit rules: a change of it is a full render.
+  assert.ok(!sameContext(v4, pods));
+  assert.ok(!sameContext(pods, cbr));
+  assert.ok(sameContext(pods, { ...pods, localDetector: { ...pods.localDetector! } }));
 });
 
 test('every chain we render is one cleanup removes', () => {
@@ -649,11 +1385,19 @@ test('every chain we render is one cleanup removes', () => {
   assert.deepEqual(declared.sort(), ALL_CHAINS.map((c) => c.chain).sort());
 });
 
-test('every chain we render is ours by name, and so are shard chains of another shard count', () => {
-  for (const { chain } of ALL_CHAINS) assert.ok(isOurChain(chain), chain);
+test('every chain we render is ours by name in its table, and so are shard chains of another shard count', () => {
+  for (const { chain, table } of ALL_CHAINS) {
+    assert.ok(isOurChain(chain, table), chain);
+    assert.ok(isOurChain(chain), chain);
+  }
   for (const name of ['KUBE-PORTALS-CONTAINER-3F', 'KUBE-PORTALS-HOST-20', 'KUBE-PORTALS-HOST-FF'])
-    assert.ok(isOurChain(name), name);
-  for (const name of ['KUBE-SERVICES', 'KUBE-PORTALS-CONTAINERX', 'KUBE-PORTALS-HOST-', 'DOCKER', 'OUTPUT'])
+    assert.ok(isOurChain(name, 'nat') && !isOurChain(name, 'filter'), name);
+  for (const name of ['KUBE-SERVICES', 'KUBE-EXTERNAL-SERVICES', 'KUBE-PROXY-FIREWALL', 'KUBE-NODEPORTS'])
+    assert.ok(isOurChain(name, 'filter') && !isOurChain(name, 'nat'), `${name}: ours in filter only`);
+  // An iptables-mode kube-proxy's nat chains (and anyone else's) are never ours.
+  for (const name of ['KUBE-SVC-ABC', 'KUBE-POSTROUTING', 'KUBE-MARK-MASQ', 'KUBE-FORWARD', 'KUBE-FIREWALL'])
+    assert.ok(!isOurChain(name, 'nat') && !isOurChain(name, 'filter') && !isOurChain(name), name);
+  for (const name of ['KUBE-PORTALS-CONTAINERX', 'KUBE-PORTALS-HOST-', 'DOCKER', 'OUTPUT'])
     assert.ok(!isOurChain(name), name);
 });
 
@@ -773,10 +1517,15 @@ test('each destination matches exactly one dispatch rule, and it leads to the ch
   ];
   for (const [family, ctx, ips] of cases) {
     for (const ip of ips) {
-      const rules = portalRules(
-        portal('default', 'x', 'p', { clusterIPs: [ip], loadBalancerIPs: [ip], proxyPort: 40000 }),
-        ctx,
-      );
+      // The IP as a ClusterIP, and as the LB IP of another service port.
+      const other = family === 'IPv6' ? 'fd00:ffff::1' : '10.255.255.1';
+      const rules = [
+        ...portalRules(portal('default', 'x', 'p', { clusterIPs: [ip], proxyPort: 40000 }), ctx),
+        ...portalRules(
+          portal('default', 'y', 'p', { clusterIPs: [other], loadBalancerIPs: [ip], proxyPort: 40000 }),
+          ctx,
+        ).filter((r) => r.spec.includes(`-d ${ip}/`)),
+      ].filter((r) => r.table === 'nat');
       assert.equal(rules.length, 4, ip);
       for (const base of [KUBE_PORTALS_CONTAINER, KUBE_PORTALS_HOST]) {
         const reached = dispatchTarget(family, base, ip);
@@ -789,18 +1538,19 @@ test('each destination matches exactly one dispatch rule, and it leads to the ch
 });
 
 test('two services in different shards go to different chains, and to no base portal chain', () => {
-  const chains = (p: PortalSpec) => new Set(portalRules(p, v4).map((r) => r.chain));
+  const natChains = (rules: Rule[]) => new Set(rules.filter((r) => r.table === 'nat').map((r) => r.chain));
+  const chains = (p: PortalSpec) => natChains(portalRules(p, v4));
   assert.deepEqual(chains(web), new Set(['KUBE-PORTALS-CONTAINER-14', 'KUBE-PORTALS-HOST-14']));
   assert.deepEqual(chains(dns), new Set(['KUBE-PORTALS-CONTAINER-0A', 'KUBE-PORTALS-HOST-0A']));
   const six = portal('default', 'six', 'p', { clusterIPs: ['fd00::1f'] });
   assert.deepEqual(
-    new Set(portalRules(six, v6).map((r) => r.chain)),
+    natChains(portalRules(six, v6)),
     new Set(['KUBE-PORTALS-CONTAINER-1F', 'KUBE-PORTALS-HOST-1F']),
   );
 });
 
 const SHARD_OR_NODEPORT =
-  /^(KUBE-PORTALS-(CONTAINER|HOST)-[0-9A-F]{2}|KUBE-NODEPORT-(CONTAINER|HOST|NON-LOCAL))$/;
+  /^(KUBE-PORTALS-(CONTAINER|HOST)-[0-9A-F]{2}|KUBE-NODEPORT-(CONTAINER|HOST|NON-LOCAL)|KUBE-(EXTERNAL-)?SERVICES|KUBE-PROXY-FIREWALL|KUBE-NODEPORTS)$/;
 
 /** A delta names shard and NodePort chains only: never a base portal chain, a dispatch rule or a `:` line. */
 function assertDeltaTouchesNoDispatch(delta: string, what: string): void {

@@ -46,6 +46,7 @@ const base: ServicePort = {
   loadBalancerSourceRanges: [],
   sessionAffinity: 'None',
   stickyMaxAgeSeconds: 10800,
+  externallyAccessible: false,
   externalPolicyLocal: false,
   internalPolicyLocal: false,
   healthCheckNodePort: 0,
@@ -116,7 +117,7 @@ const cases: Case[] = [
   {
     name: 'externalIPs: invalid dropped, other family dropped with a warning, duplicates once',
     svc: svc({ externalIPs: ['192.0.2.1', 'bogus', 'fd00::1', '192.0.2.1', '192.0.2.2'] }),
-    want: [{ externalIPs: ['192.0.2.1', '192.0.2.2'] }],
+    want: [{ externalIPs: ['192.0.2.1', '192.0.2.2'], externallyAccessible: true }],
     warnings: 1,
   },
   {
@@ -136,7 +137,7 @@ const cases: Case[] = [
         },
       },
     ),
-    want: [{ nodePort: 30080, loadBalancerIPs: ['203.0.113.1', '203.0.113.3'] }],
+    want: [{ nodePort: 30080, loadBalancerIPs: ['203.0.113.1', '203.0.113.3'], externallyAccessible: true }],
   },
   {
     name: 'source ranges trimmed, invalid and other-family dropped',
@@ -161,7 +162,7 @@ const cases: Case[] = [
   {
     name: 'ETP Local on a ClusterIP service with externalIPs',
     svc: svc({ externalTrafficPolicy: 'Local', externalIPs: ['192.0.2.1'] }),
-    want: [{ externalPolicyLocal: true, externalIPs: ['192.0.2.1'] }],
+    want: [{ externalPolicyLocal: true, externallyAccessible: true, externalIPs: ['192.0.2.1'] }],
   },
   {
     name: 'ETP Local on a NodePort service, no health check',
@@ -171,12 +172,14 @@ const cases: Case[] = [
       healthCheckNodePort: 32000,
       ports: [{ name: 'http', port: 80, nodePort: 30080 }],
     }),
-    want: [{ externalPolicyLocal: true, nodePort: 30080, healthCheckNodePort: 0 }],
+    want: [
+      { externalPolicyLocal: true, externallyAccessible: true, nodePort: 30080, healthCheckNodePort: 0 },
+    ],
   },
   {
     name: 'ETP Local LoadBalancer gets its health check node port',
     svc: svc({ type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 32000 }),
-    want: [{ externalPolicyLocal: true, healthCheckNodePort: 32000 }],
+    want: [{ externalPolicyLocal: true, externallyAccessible: true, healthCheckNodePort: 32000 }],
   },
   {
     name: 'ETP Local LoadBalancer without healthCheckNodePort warns once for all ports',
@@ -189,15 +192,15 @@ const cases: Case[] = [
       ],
     }),
     want: [
-      { ...named('a'), port: 1, externalPolicyLocal: true },
-      { ...named('b'), port: 2, externalPolicyLocal: true },
+      { ...named('a'), port: 1, externalPolicyLocal: true, externallyAccessible: true },
+      { ...named('b'), port: 2, externalPolicyLocal: true, externallyAccessible: true },
     ],
     warnings: 1,
   },
   {
     name: 'ETP Cluster LoadBalancer has no health check',
     svc: svc({ type: 'LoadBalancer', externalTrafficPolicy: 'Cluster', healthCheckNodePort: 32000 }),
-    want: [{}],
+    want: [{ externallyAccessible: true }],
   },
   { name: 'ITP Local', svc: svc({ internalTrafficPolicy: 'Local' }), want: [{ internalPolicyLocal: true }] },
   {
