@@ -2,17 +2,12 @@
 // iptables-restore inside a network namespace this script creates and deletes. Prints; asserts nothing.
 // Needs root. Run: node bench/iptables.bench.ts
 import { performance } from 'node:perf_hooks';
-import { silentLogger } from '../src/log.ts';
+import { silentLogger } from '../src/lib/log.ts';
 import { JUMPS } from '../src/netfilter/chains.ts';
 import { createIptables } from '../src/netfilter/iptables.ts';
 import { Netfilter } from '../src/netfilter/netfilter.ts';
-import {
-  type PortalSpec,
-  type RuleContext,
-  renderDelta,
-  renderRestoreInput,
-  restoreText,
-} from '../src/netfilter/rules.ts';
+import { type RuleContext, renderDelta, renderRestoreInput, restoreText } from '../src/netfilter/rules.ts';
+import type { PortalSpec } from '../src/proxier/portal-programmer.ts';
 import { createSandbox } from '../test/helpers/netns.ts';
 import { manyPortals, portal } from '../test/helpers/portals.ts';
 

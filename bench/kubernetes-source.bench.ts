@@ -4,7 +4,7 @@
 // Run: node bench/kubernetes-source.bench.ts
 import { performance } from 'node:perf_hooks';
 import { KubeConfig } from '@kubernetes/client-node';
-import { silentLogger } from '../src/log.ts';
+import { silentLogger } from '../src/lib/log.ts';
 import { KubernetesSource } from '../src/source/kubernetes.ts';
 import type { EndpointSlice } from '../src/source/objects.ts';
 import { ProxyState } from '../src/state/proxy-state.ts';

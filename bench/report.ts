@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { cpus, hostname, release, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { VERSION } from '../src/version.ts';
+import { VERSION } from '../src/lib/version.ts';
 import { type MeasureResult, medians, type Sample } from './measures.ts';
 import type { TargetName, TraceLayout } from './rig.ts';
 import { median, versionOf } from './tools.ts';

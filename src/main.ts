@@ -4,13 +4,13 @@ import { hostname } from 'node:os';
 import { logLevel } from './config/config.ts';
 import { writeConfigFile } from './config/file.ts';
 import { parseArgs } from './config/flags.ts';
-import { isProxyError } from './errors.ts';
-import type { Logger } from './log.ts';
-import { createLogger } from './log.ts';
+import { isProxyError } from './lib/errors.ts';
+import type { Logger } from './lib/log.ts';
+import { createLogger } from './lib/log.ts';
+import { VERSION } from './lib/version.ts';
 import { createIptables, run } from './netfilter/iptables.ts';
 import { ProxyServer } from './proxy-server.ts';
 import { runConnections, runTrace } from './trace/cli.ts';
-import { VERSION } from './version.ts';
 
 /** --cleanup: removes every chain and jump we ever write, IPv4 and IPv6; safe on a clean host. */
 async function cleanup(log: Logger): Promise<number> {

@@ -2,11 +2,13 @@
 // them in reverse. The only place that knows how the parts fit together.
 import net from 'node:net';
 import type { Config } from './config/config.ts';
-import { ProxyError } from './errors.ts';
+import { ProxyError } from './lib/errors.ts';
+import type { Logger } from './lib/log.ts';
+import { parsePortRange } from './lib/port-range.ts';
 import { DEFAULT_OUTLIER_OPTIONS } from './loadbalancer/outlier.ts';
-import type { Logger } from './log.ts';
 import { applyConntrackSettings, realSysctl, type Sysctl } from './netfilter/conntrack-settings.ts';
 import { createIptables, type Iptables, run } from './netfilter/iptables.ts';
+import { IptablesPortals } from './netfilter/iptables-portals.ts';
 import {
   type LocalTrafficDetector,
   localDetectOptions,
@@ -21,10 +23,10 @@ import {
   readHostInfo,
   resolveNodePortAddresses,
 } from './netfilter/node-ip.ts';
-import { IptablesPortals } from './netfilter/portal-programmer.ts';
 import { createShellRun, type ShellRun } from './netfilter/shell-run.ts';
 import { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
-import { PortAllocator, parsePortRange } from './proxier/port-allocator.ts';
+import { PortAllocator } from './proxier/port-allocator.ts';
+import type { PortalProgrammer } from './proxier/portal-programmer.ts';
 import {
   CAP_NET_ADMIN,
   hasCapability,
@@ -32,7 +34,6 @@ import {
   readFdLimits,
   udpSessionCap,
 } from './proxier/process-limits.ts';
-import type { PortalProgrammer } from './proxier/proxier.ts';
 import { Proxier } from './proxier/proxier.ts';
 import { registerResourceMetrics } from './proxier/resource-metrics.ts';
 import { resolveStateFile, StateFile } from './proxier/state-file.ts';

@@ -1,5 +1,4 @@
 // The proxy's effective configuration and its defaults (kube-proxy's where they exist). Pure data.
-import type { TraceMode } from '../state/service-port.ts';
 
 /** kube-proxy's LocalMode values (--detect-local-mode). */
 export const DETECT_LOCAL_MODES = [
@@ -8,6 +7,9 @@ export const DETECT_LOCAL_MODES = [
   'BridgeInterface',
   'InterfaceNamePrefix',
 ] as const;
+/** --trace and the per-Service annotation: what the connection table and the sniffers record. */
+export type TraceMode = 'none' | 'connections' | 'protocols';
+
 export type DetectLocalMode = (typeof DETECT_LOCAL_MODES)[number];
 
 /** The one `nodePortAddresses` keyword kube-proxy has: this node's primary IPs (one per family). */

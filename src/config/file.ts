@@ -3,7 +3,7 @@
 // is an error; real v1alpha1 fields that do not apply to the userspace proxy are accepted and listed.
 import { readFile, writeFile } from 'node:fs/promises';
 import { Document, LineCounter, parseDocument, Scalar } from 'yaml';
-import { ProxyError } from '../errors.ts';
+import { ProxyError } from '../lib/errors.ts';
 import type { Config } from './config.ts';
 import type { ValueSource } from './validate.ts';
 import {

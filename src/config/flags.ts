@@ -2,8 +2,8 @@
 // checked here, so a bad flag or field exits with one clear message before anything starts.
 // Precedence: defaults < --config file < flags given on the command line.
 import yargs from 'yargs';
-import type { ErrorCode } from '../errors.ts';
-import { ProxyError } from '../errors.ts';
+import type { ErrorCode } from '../lib/errors.ts';
+import { ProxyError } from '../lib/errors.ts';
 import type { Config } from './config.ts';
 import { DEFAULT_CONFIG, DEFAULT_STATE_FILE, DETECT_LOCAL_MODES } from './config.ts';
 import { loadConfigFile } from './file.ts';

@@ -1,13 +1,12 @@
 // Pure parsers and checks for flag and config-file values (Go durations, IPs, host:port, CIDRs). A bad
 // value throws one ProxyError naming the flag or field it came from.
-import type { ErrorCode } from '../errors.ts';
-import { ProxyError } from '../errors.ts';
-import { parsePortRange } from '../proxier/port-allocator.ts';
-import { isValidCIDR, isValidIP } from '../source/validate.ts';
+import type { ErrorCode } from '../lib/errors.ts';
+import { ProxyError } from '../lib/errors.ts';
+import { joinHostPort, parseHostPort } from '../lib/host-port.ts';
+import { isValidCIDR, isValidIP } from '../lib/ip.ts';
+import { parsePortRange } from '../lib/port-range.ts';
 import type { DetectLocalMode } from './config.ts';
 import { DETECT_LOCAL_MODES, NODE_PORT_ADDRESSES_PRIMARY } from './config.ts';
-
-export { isValidCIDR, isValidIP } from '../source/validate.ts';
 
 const UNIT_MS: Record<string, number> = {
   ns: 1e-6,
@@ -43,17 +42,6 @@ export function formatDuration(ms: number): string {
 
 export function isUnspecified(ip: string): boolean {
   return ip === '0.0.0.0' || ip === '::';
-}
-
-/** Splits `host:port` or `[v6]:port`; a bare port means all addresses. Undefined when malformed. */
-export function parseHostPort(text: string): { host: string; port: number } | undefined {
-  const m = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(text.trim());
-  if (!m) return undefined;
-  const host = m[1] ?? m[2] ?? '';
-  const port = Number(m[3]);
-  if (port > 65535) return undefined;
-  if (host !== '' && !isValidIP(host)) return undefined;
-  return { host: host === '' ? '0.0.0.0' : host, port };
 }
 
 /**
@@ -101,7 +89,7 @@ export function checkPortRange(value: string, at: ValueSource): string {
 export function checkHostPort(value: string, at: ValueSource, defaultPort: number): string {
   const v = value.trim();
   if (v === '') return '';
-  const withPort = isValidIP(v) ? (v.includes(':') ? `[${v}]:${defaultPort}` : `${v}:${defaultPort}`) : v;
+  const withPort = isValidIP(v) ? joinHostPort(v, defaultPort) : v;
   if (parseHostPort(withPort) === undefined)
     invalidValue(at, value, 'expected IP:port (e.g. 0.0.0.0:10256), a bare IP, or "" to disable');
   return withPort;

@@ -1,8 +1,9 @@
 // Which UDP conntrack entries a change of one service port's portals leaves stale. Conntrack decides
 // NAT once per flow, so an entry outlives the rules that made it: a UDP client that keeps sending keeps
 // its old NAT (an old proxy port, or none at all) for as long as it sends. Pure: no I/O.
+
+import type { PortalSpec } from '../proxier/portal-programmer.ts';
 import type { IPFamily } from '../state/service-port.ts';
-import type { PortalSpec } from './rules.ts';
 
 /**
  * One `conntrack -D -p udp` to run: the flows whose original destination is `origDst`:`origDstPort`

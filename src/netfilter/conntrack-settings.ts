@@ -4,7 +4,7 @@
 // (common in containers) is one clear log line.
 import { readFile, writeFile } from 'node:fs/promises';
 import { availableParallelism, cpus } from 'node:os';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../lib/log.ts';
 
 export const NF_CONNTRACK_MAX = '/proc/sys/net/netfilter/nf_conntrack_max';
 export const NF_CONNTRACK_TCP_TIMEOUT_ESTABLISHED =

@@ -1,7 +1,7 @@
 // The only module that executes iptables, ip6tables and conntrack. Everything goes through an injected
 // `Run`, so tests can fail a restore, drop a binary, or run it all inside a network namespace.
 import { spawn } from 'node:child_process';
-import { ProxyError } from '../errors.ts';
+import { ProxyError } from '../lib/errors.ts';
 import type { IPFamily } from '../state/service-port.ts';
 import { isOurChain, JUMPS, type Jump, type Table } from './chains.ts';
 import type { ConntrackDeletion } from './conntrack-cleanup.ts';

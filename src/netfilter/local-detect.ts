@@ -1,9 +1,8 @@
 // How rules tell traffic from this node's pods apart (kube-proxy's pkg/proxy/util/localdetector.go and
 // getLocalDetectors in cmd/kube-proxy/app/server_linux.go), per family, as iptables-restore argument
 // fragments. Pure: no I/O; the Node's podCIDRs come in as an argument.
-import { SocketAddress } from 'node:net';
 import type { Config, DetectLocalMode } from '../config/config.ts';
-import { isValidCIDR } from '../source/validate.ts';
+import { isValidCIDR, maskCIDR } from '../lib/ip.ts';
 import type { IPFamily } from '../state/service-port.ts';
 
 /** How rules tell traffic from this node's pods apart (kube-proxy's LocalTrafficDetector), per family. */
@@ -68,39 +67,4 @@ function byCIDR(cidrs: readonly string[], family: IPFamily): LocalTrafficDetecto
 function byInterface(name: string): LocalTrafficDetector | undefined {
   if (name === '') return undefined;
   return { ifLocal: `-i ${name}`, ifNotLocal: `! -i ${name}` };
-}
-
-/** A valid CIDR with its host bits cleared and the address in canonical form (Go's IPNet.String()). */
-export function maskCIDR(cidr: string): string {
-  const [ip = '', prefixText = ''] = cidr.split('/');
-  const prefix = Number(prefixText);
-  if (!ip.includes(':')) {
-    const value = ip.split('.').reduce((acc, octet) => acc * 256 + Number(octet), 0);
-    const size = 2 ** (32 - prefix);
-    const network = Math.floor(value / size) * size;
-    const octets = [24, 16, 8, 0].map((shift) => Math.floor(network / 2 ** shift) % 256);
-    return `${octets.join('.')}/${prefix}`;
-  }
-  let value = 0n;
-  for (const word of ipv6Words(ip)) value = (value << 16n) | BigInt(word);
-  const hostBits = BigInt(128 - prefix);
-  value = (value >> hostBits) << hostBits;
-  const words: string[] = [];
-  for (let i = 7; i >= 0; i--) words.push(((value >> BigInt(i * 16)) & 0xffffn).toString(16));
-  return `${new SocketAddress({ address: words.join(':'), family: 'ipv6' }).address}/${prefix}`;
-}
-
-/** The eight 16-bit words of a valid IPv6 address (with `::` and a trailing dotted IPv4 part). */
-function ipv6Words(ip: string): number[] {
-  let text = ip;
-  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
-  if (dotted) {
-    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
-    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-  }
-  const [head = '', tail] = text.split('::');
-  const parse = (part: string) => (part === '' ? [] : part.split(':').map((w) => Number.parseInt(w, 16)));
-  const left = parse(head);
-  const right = tail === undefined ? [] : parse(tail);
-  return [...left, ...new Array<number>(8 - left.length - right.length).fill(0), ...right];
 }

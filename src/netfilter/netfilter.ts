@@ -1,12 +1,12 @@
 // What the proxier calls to make the portal rules match its service ports, per IP family: full
 // restores when the state in the kernel is unknown, one-service deltas otherwise. Owns no sockets.
-import { isProxyError } from '../errors.ts';
-import type { Logger } from '../log.ts';
+import { isProxyError } from '../lib/errors.ts';
+import type { Logger } from '../lib/log.ts';
+import type { PortalSpec } from '../proxier/portal-programmer.ts';
 import type { IPFamily, ServicePortKey } from '../state/service-port.ts';
 import type { Iptables } from './iptables.ts';
 import {
   type LocalDetector,
-  type PortalSpec,
   type RuleContext,
   renderDelta,
   renderRestoreInput,

@@ -1,6 +1,8 @@
 // Renders the portal rules (reference §1.3, with kube-proxy's traffic policies, rejects and source ranges)
 // as iptables-restore input: full texts and one-service deltas. Pure: no I/O, no clock. Same input, same bytes.
 import { BlockList, isIP } from 'node:net';
+import { joinHostPort } from '../lib/host-port.ts';
+import type { PortalEndpoints, PortalSpec } from '../proxier/portal-programmer.ts';
 import type { IPFamily, ServicePort, ServicePortKey } from '../state/service-port.ts';
 import {
   CHAINS,
@@ -21,39 +23,6 @@ import {
   portalShardChain,
   type Table,
 } from './chains.ts';
-
-/**
- * What the endpoint lists of one family hold, for the rules: a list that is empty gets no NAT rule for
- * the traffic it serves, and a filter rule instead (REJECT when the service port has no usable
- * endpoint at all, DROP when only its traffic policy leaves none, as kube-proxy).
- */
-export type PortalEndpoints = {
-  /** Some endpoint of this family is usable (ready, or serving and terminating), whatever the policies. */
-  readonly any: boolean;
-  /** The cluster-wide list is not empty (false when the service port does not use it). */
-  readonly cluster: boolean;
-  /** The node-local list is not empty (false when no policy of the service port is Local). */
-  readonly local: boolean;
-};
-
-/**
- * A service port and the listeners its traffic goes to. `proxyPort` serves the cluster-wide endpoint
- * list; a service port that uses only the local list (internalTrafficPolicy Local, not externally
- * accessible) has it serve the local list instead. A service port that uses both lists (a Local
- * policy beside external access or a Cluster policy) has a second listener, `localProxyPort`, serving
- * the local list; otherwise that is 0. Which traffic goes where (portalTargets):
- * - ClusterIP: the local list under internalTrafficPolicy Local, else the cluster list;
- * - NodePort, externalIPs, LB IPs from outside: the local list under externalTrafficPolicy Local, else
- *   the cluster list; from this node's pods and from the node itself always the cluster list
- *   (kube-proxy's short-circuit).
- */
-export type PortalSpec = {
-  readonly servicePort: ServicePort;
-  readonly proxyPort: number;
-  readonly localProxyPort: number;
-  /** Per family: a dual-stack service's families are programmed (and REJECTed) separately. */
-  readonly endpoints: { readonly IPv4: PortalEndpoints; readonly IPv6: PortalEndpoints };
-};
 
 /**
  * How the rules tell traffic from this node's pods apart (kube-proxy's LocalTrafficDetector): restore-line
@@ -675,10 +644,6 @@ function hostIPOf(ctx: RuleContext): string {
   // DNAT to loopback makes packets vanish (reference §1.3): the host side needs a real node address.
   if (ip === '::1' || ip.startsWith('127.')) throw new TypeError(`hostIP ${ip} is loopback`);
   return ip;
-}
-
-function joinHostPort(ip: string, port: number): string {
-  return ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`;
 }
 
 function quoteArg(arg: string): string {

@@ -1,9 +1,10 @@
 // What the rules need to know of a service port's endpoints: per family, whether any endpoint is
 // usable and whether the cluster and local lists are empty. Pure: no I/O. Recomputed on every endpoint
 // change; the rules change only when one of these flags flips (0 <-> N), not on every endpoint.
-import type { PortalEndpoints, PortalSpec } from '../netfilter/rules.ts';
+
 import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
 import type { IPFamily } from '../state/service-port.ts';
+import type { PortalEndpoints, PortalSpec } from './portal-programmer.ts';
 
 export type FamilyPortalEndpoints = PortalSpec['endpoints'];
 

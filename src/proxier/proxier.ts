@@ -2,10 +2,10 @@
 // ports from the allocator, hands endpoints and affinity to each service port's balancer (in place: an
 // endpoint or affinity change never restarts a listener), and asks the portal programmer (iptables) to
 // write the rules. Syncs run through the bounded-frequency runner; a failed open is retried next sync.
-import { isProxyError, ProxyError } from '../errors.ts';
+import { isProxyError, ProxyError } from '../lib/errors.ts';
+import type { Logger } from '../lib/log.ts';
+import { Yielder } from '../lib/yielder.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
-import type { Logger } from '../log.ts';
-import type { PortalSpec } from '../netfilter/rules.ts';
 import { FdPressure } from '../relay/fd-pressure.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
 import { noopObserver } from '../relay/observer.ts';
@@ -17,10 +17,15 @@ import type { UdpRelayOptions } from '../relay/udp.ts';
 import { UdpListener, UdpSessionBudget } from '../relay/udp.ts';
 import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
 import type { TimeSlices } from '../state/proxy-state.ts';
-import type { ServicePort, ServicePortKey } from '../state/service-port.ts';
-import { samePortals, usesClusterEndpoints, usesLocalEndpoints } from '../state/service-port.ts';
+import {
+  type ServicePort,
+  type ServicePortKey,
+  samePortals,
+  servicePortKey,
+  usesClusterEndpoints,
+  usesLocalEndpoints,
+} from '../state/service-port.ts';
 import type { Snapshot } from '../state/snapshot.ts';
-import { Yielder } from '../yielder.ts';
 import type { Clock } from './clock.ts';
 import { realClock } from './clock.ts';
 import {
@@ -34,34 +39,7 @@ import {
 } from './family-balancers.ts';
 import type { PortAllocator } from './port-allocator.ts';
 import { type FamilyPortalEndpoints, portalEndpoints } from './portal-endpoints.ts';
-
-export type { PortalSpec } from '../netfilter/rules.ts';
-
-/** Writes the rules that send service traffic to proxy ports (iptables), or nothing (--no-iptables). */
-export interface PortalProgrammer {
-  /** `full`: rewrite everything (start, periodic repair, after a failure); else only what changed. */
-  sync(portals: readonly PortalSpec[], options: PortalSyncOptions & { full: boolean }): Promise<void>;
-  /**
-   * Only the portals of `changed` service ports (undefined: it has none any more) differ from the last
-   * sync or update: apply them without looking at the others (`all()` is for a state it does not
-   * know). Optional; without it the proxier calls sync().
-   */
-  update?(
-    changed: ReadonlyMap<ServicePortKey, PortalSpec | undefined>,
-    all: () => readonly PortalSpec[],
-    options: PortalSyncOptions,
-  ): Promise<void>;
-}
-
-export type PortalSyncOptions = {
-  /**
-   * Part of the proxier's first sync: the state the kernel holds (rules, conntrack entries) comes from
-   * before this process, so nothing is concluded from what changed (e.g. no conntrack deletions).
-   */
-  readonly initial: boolean;
-};
-
-export const noPortals: PortalProgrammer = { sync: async () => {} };
+import { noPortals, type PortalProgrammer, type PortalSpec } from './portal-programmer.ts';
 
 /** From this many new service ports in one sync, their rules are written while they bind. */
 export const OVERLAP_MIN_SERVICE_PORTS = 64;
@@ -596,7 +574,7 @@ export class Proxier {
    */
   #planPort(servicePort: ServicePort): number | undefined {
     if (this.#allocator.isKernelChosen) return undefined;
-    const preferred = this.#preferredPorts.get(`${servicePort.name}/${servicePort.protocol}`);
+    const preferred = this.#preferredPorts.get(servicePort.key);
     if (preferred !== undefined && this.#allocator.allocate(preferred)) return preferred;
     try {
       return this.#allocator.allocateNext(new Set());
@@ -807,7 +785,7 @@ export class Proxier {
         if (code !== 'EADDRINUSE' || port === 0) break;
         busy.add(port);
         // Once per failure, not on every retry: the failure itself is logged once (#start).
-        if (!this.#failed.has(`${context.name}/${context.protocol}` as ServicePortKey))
+        if (!this.#failed.has(servicePortKey(context.name, context.protocol)))
           this.#log.warn(
             { service: preferredKey, port },
             'Proxy port in use by another process, trying another',

@@ -6,7 +6,7 @@ import { constants } from 'node:fs';
 import { access, mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { DEFAULT_STATE_FILE } from '../config/config.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../lib/log.ts';
 
 /** Larger than any real assignment (a few MB for 65535 service ports), small enough to read at once. */
 const MAX_FILE_BYTES = 16 << 20;

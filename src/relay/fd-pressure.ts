@@ -2,7 +2,7 @@
 // once per interval, and says when new connections should be shed for a moment. Node cannot pause
 // accept(): on EMFILE libuv itself accepts and closes what it has no descriptor for (its reserve-fd
 // trick, unseen by us), so closing what we did accept, for a back-off, is the closest thing to it.
-import type { Logger } from '../log.ts';
+import type { Logger } from '../lib/log.ts';
 
 /** Where a descriptor was missing. */
 export type FdOperation = 'accept' | 'connect' | 'udp-session';

@@ -2,8 +2,8 @@
 // timeouts (never holding up other accepts), then relay both ways with backpressure and half-close.
 // Handlers are shared functions bound through a symbol on the socket: no closures per connection.
 import net from 'node:net';
+import type { Logger } from '../lib/log.ts';
 import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
-import type { Logger } from '../log.ts';
 import type { Endpoint } from '../state/endpoint.ts';
 import { FdPressure, isFdExhausted } from './fd-pressure.ts';
 import {

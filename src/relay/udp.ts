@@ -4,8 +4,8 @@
 // traffic either way, and are capped per service port and in total (the idlest is evicted), and are
 // closed at once when their endpoint leaves the balancer (endpointsChanged).
 import dgram from 'node:dgram';
+import type { Logger } from '../lib/log.ts';
 import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
-import type { Logger } from '../log.ts';
 import type { Endpoint, EndpointKey } from '../state/endpoint.ts';
 import type { IPFamily } from '../state/service-port.ts';
 import { FdPressure, isFdExhausted } from './fd-pressure.ts';

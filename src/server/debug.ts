@@ -1,8 +1,8 @@
 // /debug/services: one JSON object per running service port (the contract in DESIGN.md), plus the
 // service ports that should run but could not be opened. Pure: builds the body from proxier status.
-import type { ProxyError } from '../errors.ts';
+import type { ProxyError } from '../lib/errors.ts';
 import type { ServicePortStatus } from '../proxier/proxier.ts';
-import type { ServicePortKey } from '../state/service-port.ts';
+import { parseServicePortKey, type ServicePortKey } from '../state/service-port.ts';
 
 export type DebugServicePort = {
   service: string;
@@ -73,10 +73,10 @@ export function debugServices(
     };
   });
   for (const [key, err] of failures) {
-    const slash = key.lastIndexOf('/');
+    const { name, protocol } = parseServicePortKey(key);
     out.push({
-      service: key.slice(0, slash),
-      protocol: key.slice(slash + 1) as 'TCP' | 'UDP',
+      service: name,
+      protocol,
       clusterIP: '',
       clusterIPs: [],
       port: 0,

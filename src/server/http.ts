@@ -1,7 +1,7 @@
 // A tiny HTTP server helper for the health and metrics servers (node:http, no framework).
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { parseHostPort } from '../config/validate.ts';
+import { parseHostPort } from '../lib/host-port.ts';
 
 export type Route = (req: http.IncomingMessage, res: http.ServerResponse, url: URL) => void | Promise<void>;
 

@@ -2,7 +2,7 @@
 // server per healthCheckNodePort and bind address, answering for its Service on any path. Owns those
 // sockets only; what to serve comes from the proxier through syncServices/syncEndpoints.
 import http from 'node:http';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../lib/log.ts';
 
 export type ServiceName = { readonly namespace: string; readonly name: string };
 

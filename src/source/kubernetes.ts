@@ -3,9 +3,9 @@
 // kubeconfig and computes auth. Self-healing: 410 → relist, backoff, watchdog, periodic full relist.
 import { HttpMethod, KubeConfig, RequestContext } from '@kubernetes/client-node';
 import { Agent, type Dispatcher, fetch, type Response } from 'undici';
-import type { Logger } from '../log.ts';
-import { VERSION } from '../version.ts';
-import { Yielder } from '../yielder.ts';
+import type { Logger } from '../lib/log.ts';
+import { VERSION } from '../lib/version.ts';
+import { Yielder } from '../lib/yielder.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import type { EndpointSlice, Node, ObjectMeta, Service } from './objects.ts';
 import { PROXY_LABEL_SELECTOR } from './objects.ts';

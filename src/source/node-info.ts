@@ -1,8 +1,8 @@
 // What the proxy reads from this node's Node object: its InternalIPs, spec.podCIDRs, and whether it is
 // about to go away (kube-proxy's NodeManager and ProxyHealthServer.SyncNode). Pure: no I/O.
-import type { IPFamily } from '../state/service-port.ts';
+import type { IPFamily } from '../lib/ip.ts';
+import { ipFamilyOf, isValidCIDR } from '../lib/ip.ts';
 import type { Node } from './objects.ts';
-import { ipFamilyOf, isValidCIDR } from './validate.ts';
 
 /** The taint the Cluster Autoscaler puts on a node it is about to delete (kube-proxy's ToBeDeletedTaint). */
 export const TO_BE_DELETED_TAINT = 'ToBeDeletedByClusterAutoscaler';

@@ -1,50 +1,12 @@
 // Structural checks of the API objects we read (Service, EndpointSlice, Node), before any of their
 // fields is trusted. Pure: no I/O. An 'error' problem means "skip this object"; a 'warning' means
 // "this entry will be ignored". Paths are relative to the object; callers prefix them.
-import { isIP, SocketAddress } from 'node:net';
-import type { IPFamily } from '../state/service-port.ts';
+import { canonicalIP, type IPFamily, ipFamilyOf, isValidCIDR, isValidIP } from '../lib/ip.ts';
 import { LABEL_SERVICE_NAME } from './objects.ts';
 
 export type ProblemPath = (string | number)[];
 
 export type Problem = { path: ProblemPath; message: string; severity: 'error' | 'warning' };
-
-/** True when `ip` is an IPv4 or IPv6 address as Go's net.ParseIP reads it, stricter: no leading zeros in
- * IPv4 octets, no zone (`%eth0`), no IPv4-mapped IPv6 (`::ffff:1.2.3.4`, whose family is ambiguous). */
-export function isValidIP(ip: string): boolean {
-  return ipFamilyOf(ip) !== undefined;
-}
-
-/** The family of a valid IP (see isValidIP), undefined when it is not one. */
-export function ipFamilyOf(ip: string): IPFamily | undefined {
-  const v = isIP(ip);
-  if (v === 4) return IPV4_STRICT.test(ip) ? 'IPv4' : undefined;
-  if (v === 6) return ip.includes('%') || isIPv4Mapped(canonicalIP(ip)) ? undefined : 'IPv6';
-  return undefined;
-}
-
-// inet_ntop writes every IPv4-mapped address (also `::ffff:102:304`) as `::ffff:a.b.c.d`.
-function isIPv4Mapped(canonical: string): boolean {
-  return canonical.startsWith('::ffff:') && canonical.includes('.');
-}
-
-// Each octet 0-255 with no leading zero (Go rejects "010.0.0.1" since 1.17; it would be octal elsewhere).
-const IPV4_STRICT = /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
-
-/** The canonical text of a valid IP: IPv6 lower-cased and compressed (RFC 5952), IPv4 unchanged. */
-export function canonicalIP(ip: string): string {
-  return ip.includes(':') ? new SocketAddress({ address: ip, family: 'ipv6' }).address : ip;
-}
-
-/** True for `ip/prefix` with a valid IP (isValidIP) and a decimal prefix within its family's width. */
-export function isValidCIDR(cidr: string): boolean {
-  const slash = cidr.indexOf('/');
-  if (slash < 0) return false;
-  const family = ipFamilyOf(cidr.slice(0, slash));
-  const prefix = cidr.slice(slash + 1);
-  if (family === undefined || !/^(?:0|[1-9]\d{0,2})$/.test(prefix)) return false;
-  return Number(prefix) <= (family === 'IPv4' ? 32 : 128);
-}
 
 /** `spec.ports[0].port`: a path as the user would write it in a manifest. */
 export function formatPath(path: ProblemPath): string {

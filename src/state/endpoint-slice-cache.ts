@@ -1,7 +1,8 @@
 // EndpointSliceCache: the EndpointSlices of each Service, kept by slice name, merged into endpoints per
 // service port (kube-proxy's endpointslicecache.go). Pure: no I/O, no clock.
+
+import { canonicalIP, ipFamilyOf } from '../lib/ip.ts';
 import { type EndpointSlice, type EndpointSliceEndpoint, LABEL_SERVICE_NAME } from '../source/objects.ts';
-import { canonicalIP, ipFamilyOf } from '../source/validate.ts';
 import { sameHints } from './categorize-endpoints.ts';
 import { type Endpoint, type EndpointKey, endpointKey } from './endpoint.ts';
 import {

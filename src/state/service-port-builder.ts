@@ -1,8 +1,9 @@
 // Service object → the ServicePorts kube-proxy would program for it (newBaseServiceInfo, ShouldSkipService).
 // Pure: no I/O; anything it drops is reported through `warn`. Expects an object that passed validateService,
 // but never throws on one that did not.
+
+import { canonicalIP, ipFamilyOf, isValidCIDR } from '../lib/ip.ts';
 import { ANNOTATION_TRACE, type Service, type ServicePortSpec } from '../source/objects.ts';
-import { canonicalIP, ipFamilyOf, isValidCIDR } from '../source/validate.ts';
 import {
   DEFAULT_STICKY_MAX_AGE_SECONDS,
   type IPFamily,

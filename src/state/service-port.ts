@@ -2,9 +2,11 @@
 // Pure data; built by the state module from Service objects.
 
 export type Protocol = 'TCP' | 'UDP';
-export type IPFamily = 'IPv4' | 'IPv6';
+export type { IPFamily } from '../lib/ip.ts';
 export type SessionAffinity = 'None' | 'ClientIP';
-export type TraceMode = 'none' | 'connections' | 'protocols';
+export type { TraceMode } from '../config/config.ts';
+
+import type { TraceMode } from '../config/config.ts';
 
 /** `namespace/name:portName` — kube-proxy's ServicePortName string (portName may be empty: `ns/name:`). */
 export type ServicePortName = string & { readonly __brand: 'ServicePortName' };
@@ -17,6 +19,12 @@ export function servicePortName(namespace: string, name: string, portName: strin
 
 export function servicePortKey(name: ServicePortName, protocol: Protocol): ServicePortKey {
   return `${name}/${protocol}` as ServicePortKey;
+}
+
+/** The name and protocol of a key built by servicePortKey. */
+export function parseServicePortKey(key: ServicePortKey): { name: ServicePortName; protocol: Protocol } {
+  const slash = key.lastIndexOf('/');
+  return { name: key.slice(0, slash) as ServicePortName, protocol: key.slice(slash + 1) as Protocol };
 }
 
 /** The default and the maximum of sessionAffinityConfig.clientIP.timeoutSeconds (API server rules). */

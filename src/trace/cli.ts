@@ -2,7 +2,7 @@
 // /debug/trace that print a table or readable trace lines (or the raw JSON). No proxy state of their own.
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
-import { parseHostPort } from '../config/validate.ts';
+import { parseHostPort } from '../lib/host-port.ts';
 import type { ConnectionListing, ConnectionRecord } from './connection-table.ts';
 import type { AppInfo } from './sniff/types.ts';
 import type { TraceEvent } from './tracer.ts';

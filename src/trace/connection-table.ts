@@ -3,6 +3,7 @@
 // ConnectionInfo at query time, never copied per chunk. Per connection it allocates one entry and nothing
 // else: the active ones are a list linked through the entries, found from the connection's observerData.
 // No I/O, no timers.
+import { joinHostPort } from '../lib/host-port.ts';
 import type { CloseReason, ConnectAttempt, ConnectionInfo } from '../relay/observer.ts';
 import type { AppInfo, Sniffer } from './sniff/types.ts';
 
@@ -75,11 +76,6 @@ function copyAttempts(a: readonly ConnectAttempt[]): readonly ConnectAttempt[] {
   return a.length === 0 ? NO_ATTEMPTS : a.slice();
 }
 
-/** `10.0.0.1:80`, `[fd00::1]:80`. */
-export function formatAddress(ip: string, port: number): string {
-  return ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`;
-}
-
 /** True when `service` (`ns/name:port`) is selected by `filter` (see ConnectionFilter.service). */
 export function matchesService(service: string, filter: string): boolean {
   if (filter.includes(':')) return service === filter;
@@ -89,7 +85,7 @@ export function matchesService(service: string, filter: string): boolean {
 
 /** True when the client `ip` (with `port`) is selected by `filter` (an IP, or ip:port). */
 export function matchesClient(ip: string, port: number, filter: string): boolean {
-  return ip === filter || formatAddress(ip, port) === filter;
+  return ip === filter || joinHostPort(ip, port) === filter;
 }
 
 /** One connection in the table. Fields fixed at open; `info` is dropped at close so sockets can go. */
@@ -150,7 +146,7 @@ export class TableEntry {
   }
 
   get client(): string {
-    return formatAddress(this.clientAddress, this.clientPort);
+    return joinHostPort(this.clientAddress, this.clientPort);
   }
 
   matches(filter: ConnectionFilter): boolean {

@@ -1,7 +1,7 @@
 // The tracer: decides per service port what watching a connection costs (nothing; a table entry and an
 // access-log line; or also a protocol sniffer on its first bytes) and fans events out to a small ring of
 // recent events and to bounded subscribers. Nothing here throws into the relay or buffers without limit.
-import type { Logger } from '../log.ts';
+import type { Logger } from '../lib/log.ts';
 import type { ConnectionInfo, ConnectionObserver } from '../relay/observer.ts';
 import { noopObserver } from '../relay/observer.ts';
 import type { ServicePort, TraceMode } from '../state/service-port.ts';

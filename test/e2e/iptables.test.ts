@@ -2,19 +2,19 @@
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { test } from 'node:test';
-import { isProxyError } from '../../src/errors.ts';
-import { silentLogger } from '../../src/log.ts';
+import { isProxyError } from '../../src/lib/errors.ts';
+import { silentLogger } from '../../src/lib/log.ts';
 import { JUMPS } from '../../src/netfilter/chains.ts';
 import { createIptables, type Iptables, type Run, splitLine } from '../../src/netfilter/iptables.ts';
 import { type FamilyConfig, Netfilter } from '../../src/netfilter/netfilter.ts';
 import {
-  type PortalSpec,
   portalRules,
   type RuleContext,
   renderDelta,
   renderRestoreInput,
   restoreText,
 } from '../../src/netfilter/rules.ts';
+import type { PortalSpec } from '../../src/proxier/portal-programmer.ts';
 import type { IPFamily, ServicePortName } from '../../src/state/service-port.ts';
 import { createCluster, createSandbox, requireRootOrSkip, type Sandbox } from '../helpers/netns.ts';
 import { portal } from '../helpers/portals.ts';

@@ -7,7 +7,7 @@ import { Writable } from 'node:stream';
 import { stringify } from 'yaml';
 import type { Config } from '../../src/config/config.ts';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/lib/log.ts';
 import { ProxyServer, type ProxyServerDeps } from '../../src/proxy-server.ts';
 
 export type PortSpec = { name: string; port: number; targetPort: number; protocol?: 'TCP' | 'UDP' };

@@ -1,5 +1,5 @@
 // Builders of ServicePorts and PortalSpecs for netfilter tests and benchmarks.
-import type { PortalEndpoints, PortalSpec } from '../../src/netfilter/rules.ts';
+import type { PortalEndpoints, PortalSpec } from '../../src/proxier/portal-programmer.ts';
 import {
   type Protocol,
   type ServicePort,

@@ -1,6 +1,7 @@
 // Builds a service port context and listener for relay tests.
+
+import { silentLogger } from '../../src/lib/log.ts';
 import { RoundRobinBalancer } from '../../src/loadbalancer/round-robin.ts';
-import { silentLogger } from '../../src/log.ts';
 import { noopObserver } from '../../src/relay/observer.ts';
 import type { ServicePortContext } from '../../src/relay/service-context.ts';
 import { newServicePortStats } from '../../src/relay/service-context.ts';

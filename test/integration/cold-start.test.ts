@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Config } from '../../src/config/config.ts';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
-import { silentLogger } from '../../src/log.ts';
+import { silentLogger } from '../../src/lib/log.ts';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
 import { OVERLAP_MIN_SERVICE_PORTS } from '../../src/proxier/proxier.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/lib/log.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';
 import { startFakeApiServer } from '../helpers/fake-apiserver.ts';
 import { service, startManifestProxy } from '../helpers/manifests.ts';

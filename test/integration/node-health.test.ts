@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Config } from '../../src/config/config.ts';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
-import { silentLogger } from '../../src/log.ts';
+import { silentLogger } from '../../src/lib/log.ts';
 import type { Sysctl } from '../../src/netfilter/conntrack-settings.ts';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';

@@ -10,7 +10,7 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import type { Config } from '../../src/config/config.ts';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/lib/log.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';
 import { makeEndpointSlice, makeService, startFakeApiServer } from '../helpers/fake-apiserver.ts';
 import { request, waitFor } from '../helpers/servers.ts';

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/lib/log.ts';
 import type { ConnectionInfo } from '../../src/relay/observer.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS, UdpListener } from '../../src/relay/udp.ts';

@@ -9,7 +9,7 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import tls from 'node:tls';
 import { Client, request } from 'undici';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/lib/log.ts';
 import { noopObserver } from '../../src/relay/observer.ts';
 import { Sweeper } from '../../src/relay/sweeper.ts';
 import type { TcpRelayOptions } from '../../src/relay/tcp.ts';

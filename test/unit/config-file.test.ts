@@ -9,7 +9,7 @@ import type { Config } from '../../src/config/config.ts';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
 import { loadConfigFile, parseConfigFile, renderConfigFile, writeConfigFile } from '../../src/config/file.ts';
 import { parseArgs } from '../../src/config/flags.ts';
-import { isProxyError } from '../../src/errors.ts';
+import { isProxyError } from '../../src/lib/errors.ts';
 
 const HEAD = 'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n';
 

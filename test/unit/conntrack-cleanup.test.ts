@@ -2,13 +2,13 @@
 // older DeletedUDPClusterIPs / NewlyActiveUDPServices logic), and how IptablesPortals runs them.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { silentLogger } from '../../src/log.ts';
+import { silentLogger } from '../../src/lib/log.ts';
 import { type ConntrackDeletion, conntrackDeletions } from '../../src/netfilter/conntrack-cleanup.ts';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
 import { createIptables } from '../../src/netfilter/iptables.ts';
+import { IptablesPortals } from '../../src/netfilter/iptables-portals.ts';
 import type { Netfilter } from '../../src/netfilter/netfilter.ts';
-import { IptablesPortals } from '../../src/netfilter/portal-programmer.ts';
-import type { PortalSpec } from '../../src/netfilter/rules.ts';
+import type { PortalSpec } from '../../src/proxier/portal-programmer.ts';
 import type { IPFamily } from '../../src/state/service-port.ts';
 import { type PortalOptions, portal } from '../helpers/portals.ts';
 

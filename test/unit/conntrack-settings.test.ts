@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/lib/log.ts';
 import {
   applyConntrackSettings,
   NF_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT as CLOSE_WAIT,

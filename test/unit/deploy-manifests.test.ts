@@ -17,7 +17,7 @@ import { parseAllDocuments } from 'yaml';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
 import { parseConfigFile } from '../../src/config/file.ts';
 import { parseArgs } from '../../src/config/flags.ts';
-import { parseHostPort } from '../../src/config/validate.ts';
+import { parseHostPort } from '../../src/lib/host-port.ts';
 
 const DEPLOY = new URL('../../deploy/', import.meta.url);
 const VERSION = (

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { ERROR_CODES, isProxyError, ProxyError } from '../../src/errors.ts';
+import { ERROR_CODES, isProxyError, ProxyError } from '../../src/lib/errors.ts';
 
 test('every error code is documented in docs/errors.md', () => {
   const doc = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/lib/log.ts';
 import { FdPressure, isFdExhausted } from '../../src/relay/fd-pressure.ts';
 
 function recording() {

@@ -2,8 +2,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
 import { parseArgs } from '../../src/config/flags.ts';
-import { formatDuration, parseDuration, parseHostPort } from '../../src/config/validate.ts';
-import { isProxyError } from '../../src/errors.ts';
+import { formatDuration, parseDuration } from '../../src/config/validate.ts';
+import { isProxyError } from '../../src/lib/errors.ts';
+import { parseHostPort } from '../../src/lib/host-port.ts';
 
 test("defaults are kube-proxy's", async () => {
   const { config } = await parseArgs(['--manifest', 'x.yaml']);

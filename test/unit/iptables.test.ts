@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isProxyError } from '../../src/errors.ts';
+import { isProxyError } from '../../src/lib/errors.ts';
 import { JUMPS } from '../../src/netfilter/chains.ts';
 import {
   createIptables,

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
+import { maskCIDR } from '../../src/lib/ip.ts';
 import {
   type LocalDetectOptions,
   localDetectOptions,
   localTrafficDetector,
-  maskCIDR,
 } from '../../src/netfilter/local-detect.ts';
 
 const base: LocalDetectOptions = {

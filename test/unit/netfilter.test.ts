@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ProxyError } from '../../src/errors.ts';
-import { silentLogger } from '../../src/log.ts';
+import { ProxyError } from '../../src/lib/errors.ts';
+import { silentLogger } from '../../src/lib/log.ts';
 import { JUMPS, type Jump } from '../../src/netfilter/chains.ts';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
+import { IptablesPortals } from '../../src/netfilter/iptables-portals.ts';
 import { type FamilyConfig, Netfilter } from '../../src/netfilter/netfilter.ts';
-import { IptablesPortals } from '../../src/netfilter/portal-programmer.ts';
-import type { PortalSpec } from '../../src/netfilter/rules.ts';
+import type { PortalSpec } from '../../src/proxier/portal-programmer.ts';
 import type { IPFamily, ServicePortKey } from '../../src/state/service-port.ts';
 import { portal } from '../helpers/portals.ts';
 

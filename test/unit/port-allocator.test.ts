@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isProxyError } from '../../src/errors.ts';
-import { PortAllocator, parsePortRange } from '../../src/proxier/port-allocator.ts';
+import { isProxyError } from '../../src/lib/errors.ts';
+import { parsePortRange } from '../../src/lib/port-range.ts';
+import { PortAllocator } from '../../src/proxier/port-allocator.ts';
 
 const goodRanges = [
   { name: 'empty', input: '', want: { base: 0, size: 0 } },

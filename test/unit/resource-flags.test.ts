@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
 import { parseArgs } from '../../src/config/flags.ts';
-import { isProxyError } from '../../src/errors.ts';
+import { isProxyError } from '../../src/lib/errors.ts';
 
 test('defaults: no TCP cap, automatic UDP total, the default state file if writable', () => {
   assert.equal(DEFAULT_CONFIG.maxConnectionsPerService, 0);

@@ -16,7 +16,6 @@ import { splitLine } from '../../src/netfilter/iptables.ts';
 import {
   dispatchRules,
   MAX_COMMENT_LENGTH,
-  type PortalSpec,
   portalRules,
   portalTargets,
   type Rule,
@@ -28,6 +27,7 @@ import {
   sameContext,
   sanitizeComment,
 } from '../../src/netfilter/rules.ts';
+import type { PortalSpec } from '../../src/proxier/portal-programmer.ts';
 import type { IPFamily, ServicePortKey, ServicePortName } from '../../src/state/service-port.ts';
 import { manyPortals, type PortalOptions, portal } from '../helpers/portals.ts';
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/lib/log.ts';
 import { parseStateFile, renderStateFile, StateFile } from '../../src/proxier/state-file.ts';
 
 const good = new Map([

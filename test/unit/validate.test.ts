@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { canonicalIP, isValidCIDR, isValidIP } from '../../src/lib/ip.ts';
 import {
-  canonicalIP,
   formatPath,
   formatProblem,
   hasErrors,
-  isValidCIDR,
-  isValidIP,
   type Problem,
   validateEndpointSlice,
   validateNode,

@@ -2,8 +2,8 @@
 // conntrack entries the change left stale (conntrack-cleanup.ts), and reads back the proxy ports a
 // previous process left in the rules so a restart can reuse them (traffic returns as soon as the new
 // listeners are up).
-import type { Logger } from '../log.ts';
-import type { PortalProgrammer, PortalSpec, PortalSyncOptions } from '../proxier/proxier.ts';
+import type { Logger } from '../lib/log.ts';
+import type { PortalProgrammer, PortalSpec, PortalSyncOptions } from '../proxier/portal-programmer.ts';
 import type { IPFamily, ServicePortKey } from '../state/service-port.ts';
 import { KUBE_NODEPORT_CONTAINER, KUBE_PORTALS_CONTAINER } from './chains.ts';
 import { type ConntrackDeletion, conntrackDeletions } from './conntrack-cleanup.ts';
