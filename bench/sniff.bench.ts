@@ -96,7 +96,7 @@ const rows = [
     query.writeUInt16BE(id, 0);
     response.writeUInt16BE(id, 0);
     session.onClientData(query, 0);
-    session.onServerData(response, 1);
+    session.onEndpointData(response, 1);
     return session;
   }),
 ];

@@ -1,7 +1,8 @@
-// Times the state module at 10,000 services × 5 endpoints: the initial build + checkout, then one
+// Times the intake + state at 10,000 services × 5 endpoints: the initial build + checkout, then one
 // endpoint change + checkout and one Service change + checkout. Prints; asserts nothing.
 // Run: node bench/state.bench.ts
 import { performance } from 'node:perf_hooks';
+import { Intake } from '../src/source/intake.ts';
 import type { EndpointSlice, Service } from '../src/source/objects.ts';
 import { ProxyState } from '../src/state/proxy-state.ts';
 
@@ -47,15 +48,17 @@ function median(xs: number[]): number {
 }
 
 const state = new ProxyState({ nodeName: 'node-1', warn: () => {} });
+// Events reach the state through the intake (validation, selection), as from a source.
+const intake = new Intake(state, { warn: () => {} });
 const hosts = Array.from({ length: ENDPOINTS }, (_, h) => h + 1);
 
 const build = time(() => {
   for (let i = 0; i < SERVICES; i++) {
-    state.onServiceAdd(service(i));
-    state.onEndpointSliceAdd(slice(i, hosts));
+    intake.onServiceAdd(service(i));
+    intake.onEndpointSliceAdd(slice(i, hosts));
   }
-  state.onServicesSynced();
-  state.onEndpointSlicesSynced();
+  intake.onServicesSynced();
+  intake.onEndpointSlicesSynced();
 });
 const first = time(() => state.checkout());
 
@@ -65,13 +68,13 @@ for (let r = 0; r < ROUNDS; r++) {
   const i = (r * 7919) % SERVICES;
   endpointChange.push(
     time(() => {
-      state.onEndpointSliceUpdate(slice(i, hosts), slice(i, r % 2 === 0 ? hosts.slice(1) : hosts));
+      intake.onEndpointSliceUpdate(slice(i, hosts), slice(i, r % 2 === 0 ? hosts.slice(1) : hosts));
       state.checkout();
     }),
   );
   serviceChange.push(
     time(() => {
-      state.onServiceUpdate(service(i), service(i, r % 2 === 0 ? 'ClientIP' : 'None'));
+      intake.onServiceUpdate(service(i), service(i, r % 2 === 0 ? 'ClientIP' : 'None'));
       state.checkout();
     }),
   );

@@ -23,10 +23,7 @@ async function cleanup(log: Logger): Promise<number> {
     } catch (err) {
       // A host without ip6tables (or without IPv6) has nothing of ours to remove.
       if (isProxyError(err, 'KUP_ERR_IPTABLES_MISSING')) {
-        log.warn(
-          { family, err: { code: err.code, message: err.message } },
-          'iptables not available, nothing to clean',
-        );
+        log.warn({ family, err }, 'iptables not available, nothing to clean');
         continue;
       }
       log.error({ family, err }, 'Cleanup failed');
@@ -119,7 +116,7 @@ export async function main(argv: string[]): Promise<number> {
       'Proxy started',
     );
   } catch (err) {
-    log.fatal({ err: isProxyError(err) ? { code: err.code, message: err.message } : err }, 'Start failed');
+    log.fatal({ err }, 'Start failed');
     await server.close().catch(() => {});
     clearInterval(keepAlive);
     return 1;

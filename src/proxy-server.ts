@@ -3,28 +3,18 @@
 import net from 'node:net';
 import type { Config } from './config/config.ts';
 import { ProxyError } from './lib/errors.ts';
+import { closeParts, type Part, startParts } from './lib/lifecycle.ts';
 import type { Logger } from './lib/log.ts';
 import { parsePortRange } from './lib/port-range.ts';
 import { DEFAULT_OUTLIER_OPTIONS } from './loadbalancer/outlier.ts';
 import { applyConntrackSettings, realSysctl, type Sysctl } from './netfilter/conntrack-settings.ts';
 import { createIptables, type Iptables, run } from './netfilter/iptables.ts';
 import { IptablesPortals } from './netfilter/iptables-portals.ts';
-import {
-  type LocalTrafficDetector,
-  localDetectOptions,
-  localTrafficDetector,
-} from './netfilter/local-detect.ts';
-import type { FamilyConfig } from './netfilter/netfilter.ts';
 import { Netfilter } from './netfilter/netfilter.ts';
-import {
-  chooseNodeIP,
-  type HostInfo,
-  nodePortClaimHosts,
-  readHostInfo,
-  resolveNodePortAddresses,
-} from './netfilter/node-ip.ts';
+import { type HostInfo, nodePortClaimHosts, readHostInfo } from './netfilter/node-ip.ts';
+import { NodeNetwork } from './netfilter/node-network.ts';
 import { createShellRun, type ShellRun } from './netfilter/shell-run.ts';
-import { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
+import type { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
 import { PortAllocator } from './proxier/port-allocator.ts';
 import type { PortalProgrammer } from './proxier/portal-programmer.ts';
 import {
@@ -37,23 +27,23 @@ import {
 import { Proxier } from './proxier/proxier.ts';
 import { registerResourceMetrics } from './proxier/resource-metrics.ts';
 import { resolveStateFile, StateFile } from './proxier/state-file.ts';
+import { SyncLoop } from './proxier/sync-loop.ts';
 import { DEFAULT_TCP_OPTIONS } from './relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS } from './relay/udp.ts';
-import { debugServices } from './server/debug.ts';
-import type { HttpServer } from './server/http.ts';
-import { sendJSON, sendText, startHttpServer } from './server/http.ts';
+import { debugRoutes } from './server/debug.ts';
+import { healthRoutes } from './server/health-routes.ts';
+import type { HttpServer, Route } from './server/http.ts';
+import { startHttpServer } from './server/http.ts';
 import type { ProxyMetrics } from './server/metrics.ts';
-import { createMetrics } from './server/metrics.ts';
+import { createMetrics, metricsRoutes } from './server/metrics.ts';
 import { ProxyHealth } from './server/proxy-health.ts';
-import { ServiceHealthServer, type ServiceName } from './server/service-health.ts';
+import { ServiceHealthServer } from './server/service-health.ts';
 import { traceRoutes } from './server/trace-routes.ts';
 import { KubernetesSource, loadKubeConfig } from './source/kubernetes.ts';
 import { ManifestSource } from './source/manifest.ts';
 import { isNodeEligible, nodeInternalIP, nodePodCIDRs } from './source/node-info.ts';
 import type { Node } from './source/objects.ts';
 import { ProxyState } from './state/proxy-state.ts';
-import type { IPFamily } from './state/service-port.ts';
-import type { Snapshot } from './state/snapshot.ts';
 import { ConnectionTable } from './trace/connection-table.ts';
 import { createTracer, type Tracer } from './trace/tracer.ts';
 
@@ -71,41 +61,8 @@ export type ProxyServerDeps = {
 /** How long the first sync waits for this Node (its InternalIPs are the node IPs); then it goes on without. */
 const NODE_WAIT_MS = 5_000;
 
-/**
- * The families to program and their node IPs: the bind IP's family, or every family the host has. The
- * node IP of a family is the bind IP, else `node`'s InternalIP (when the host has it), else the
- * default-route guess; `--nodeport-addresses primary` resolves to those IPs.
- */
-export function familyConfigs(config: Config, info: HostInfo, log: Logger, node?: Node): FamilyConfig[] {
-  const all = config.bindAddress === '0.0.0.0' || config.bindAddress === '::';
-  const families: IPFamily[] = all ? ['IPv4', 'IPv6'] : [config.bindAddress.includes(':') ? 'IPv6' : 'IPv4'];
-  const hostIPs: Partial<Record<IPFamily, string>> = {};
-  for (const family of families) {
-    if (!all) {
-      hostIPs[family] = config.bindAddress;
-      continue;
-    }
-    const { ip, ignoredNodeIP } = chooseNodeIP(info, family, nodeInternalIP(node, family));
-    if (ignoredNodeIP !== undefined)
-      log.warn(
-        { family, nodeIP: ignoredNodeIP, hostIP: ip },
-        "The Node's InternalIP is not on this host; not using it",
-      );
-    if (ip !== undefined) hostIPs[family] = ip;
-  }
-  const nodePortAddresses = resolveNodePortAddresses(config.nodePortAddresses, hostIPs);
-  const out: FamilyConfig[] = [];
-  for (const family of families) {
-    const hostIP = hostIPs[family];
-    if (hostIP === undefined) {
-      log.warn({ family }, 'No node IP of this family; its services get no rules');
-      continue;
-    }
-    const bindAddress = all ? (family === 'IPv4' ? '0.0.0.0' : '::') : config.bindAddress;
-    out.push({ family, bindAddress, hostIP, nodePortAddresses });
-  }
-  return out;
-}
+/** How long a part other than the listeners may take to close before it is destroyed. */
+const PART_CLOSE_BOUND_MS = 5_000;
 
 /** The running proxy. */
 export class ProxyServer {
@@ -115,7 +72,10 @@ export class ProxyServer {
   readonly proxier: Proxier;
   readonly health: ProxyHealth;
   readonly metrics: ProxyMetrics;
+  /** The sync loop's runner (start/stop). */
   readonly runner: BoundedFrequencyRunner;
+  /** When the proxier syncs, and the endpoint fast path. */
+  readonly syncLoop: SyncLoop;
   readonly nodeName: string;
   /** The iptables portals; undefined with --no-iptables. */
   readonly portals: IptablesPortals | undefined;
@@ -133,20 +93,15 @@ export class ProxyServer {
   readonly serviceHealth: ServiceHealthServer;
   healthServer: HttpServer | undefined;
   metricsServer: HttpServer | undefined;
-  #closing: Promise<void> | undefined;
+  #closing: Promise<ProxyError[]> | undefined;
+  /** The parts start() has started, in order: what close() closes. */
+  readonly #started: Part[] = [];
+  #starting: Promise<void> | undefined;
   /** Starts iptables and friends (undefined when tests inject an Iptables). */
   #shellRun: ShellRun | undefined;
-  /** An endpoint-only change is waiting for the next tick (see #onStateChange). */
-  #endpointsQueued = false;
-  /** The state's change totals already added to the metrics. */
-  #countedServiceChanges = 0;
-  #countedEndpointChanges = 0;
-  /** The families Netfilter programs (its own array: a Node change replaces entries in place). */
-  #families: FamilyConfig[] | undefined;
-  #hostInfo: () => HostInfo = readHostInfo;
+  /** The node's addresses for the rules (iptables only); a Node change updates it in place. */
+  #network: NodeNetwork | undefined;
   readonly #sysctl: Sysctl | undefined;
-  /** This Node (API source only): node IPs, podCIDRs for NodeCIDR, eligibility for /healthz. */
-  #node: Node | undefined;
 
   constructor(config: Config, deps: ProxyServerDeps) {
     this.config = config;
@@ -183,13 +138,18 @@ export class ProxyServer {
       if (deps.iptables === undefined) this.#shellRun = createShellRun({ fallback: run });
       const iptables = deps.iptables ?? createIptables(this.#shellRun ?? run);
       const hostInfo = deps.hostInfo ?? readHostInfo;
-      this.#hostInfo = hostInfo;
       const log = this.log.child({ component: 'iptables' });
-      const families = familyConfigs(config, hostInfo(), log);
-      this.#families = families;
+      const network = new NodeNetwork(config, hostInfo, log);
+      this.#network = network;
+      const families = network.families;
       this.portals = new IptablesPortals({
         // Read at every sync: under NodeCIDR the Node's podCIDRs may arrive after start-up.
-        netfilter: new Netfilter({ iptables, log, families, localDetector: (f) => this.localDetectorFor(f) }),
+        netfilter: new Netfilter({
+          iptables,
+          log,
+          families,
+          localDetector: (f) => network.localDetectorFor(f),
+        }),
         iptables,
         families: families.map((f) => f.family),
         log,
@@ -235,111 +195,65 @@ export class ProxyServer {
         onProxyPortsChanged: (ports) => this.#stateFile?.save(ports),
       },
     );
-    this.runner = new BoundedFrequencyRunner(
-      'userspace-proxy-sync-runner',
-      () => this.#sync(),
-      config.iptablesMinSyncPeriodMs,
-      config.iptablesSyncPeriodMs,
+    this.syncLoop = new SyncLoop(
+      { minSyncPeriodMs: config.iptablesMinSyncPeriodMs, syncPeriodMs: config.iptablesSyncPeriodMs },
+      { proxier: this.proxier, source: this.state, log: this.log },
       {
-        onError: (err) => {
+        onQueued: (now) => {
+          this.health.queuedUpdate(now);
+          this.metrics.lastQueued.set(now / 1000);
+        },
+        onSyncStarted: () => this.health.syncStarted(),
+        onApplied: ({ snapshot, nowMs, serviceChanges, endpointChanges }) => {
+          this.metrics.serviceChangesTotal.inc(serviceChanges);
+          this.metrics.endpointChangesTotal.inc(endpointChanges);
+          for (const t of snapshot.triggerTimes)
+            if (t <= nowMs) this.metrics.networkProgrammingDuration.observe((nowMs - t) / 1000);
+        },
+        onSynced: async (result, _snapshot, now) => {
+          this.health.updated(now);
+          this.metrics.syncDuration.observe(result.durationMs / 1000);
+          this.metrics.lastSync.set(now / 1000);
+          await this.#syncServiceHealth();
+        },
+        onEndpointsApplied: (snapshot) => {
+          // Health check node ports report local endpoints: only theirs need a look.
+          for (const key of snapshot.changedEndpoints) {
+            if ((snapshot.servicePorts.get(key)?.healthCheckNodePort ?? 0) === 0) continue;
+            void this.#syncServiceHealth().catch((err: unknown) =>
+              this.log.error({ err }, 'Failed to update the service health servers'),
+            );
+            return;
+          }
+        },
+        onSyncFailed: (err) => {
           if (err instanceof ProxyError && err.code === 'KUP_ERR_IPTABLES_RESTORE')
             this.metrics.iptablesRestoreFailures.inc();
-          this.proxier.requestFullSync();
-          this.log.error({ err }, 'Sync failed');
         },
       },
     );
+    this.runner = this.syncLoop.runner;
   }
 
-  /**
-   * A change is pending. Endpoint-only changes are applied straight away (once per tick: a watch chunk
-   * often carries several events); everything else goes through the rate-limited sync runner.
-   */
+  /** A change is pending in the state: the sync loop applies endpoints at once or queues a sync. */
   #onStateChange(): void {
-    if (this.state.onlyEndpointsPending && this.proxier.lastSyncMs !== 0 && !this.proxier.syncing) {
-      if (!this.#endpointsQueued) {
-        this.#endpointsQueued = true;
-        setImmediate(() => this.#applyEndpointChanges());
-      }
-      return;
-    }
-    this.#queueSync();
-  }
-
-  #applyEndpointChanges(): void {
-    this.#endpointsQueued = false;
-    const snapshot = this.proxier.applyEndpointChanges();
-    if (snapshot === undefined) {
-      // A Service changed meanwhile, or a sync started: the runner takes it all.
-      if (this.state.pendingEndpointChanges > 0 || this.state.pendingServiceChanges > 0) this.#queueSync();
-      return;
-    }
-    this.#recordApplied(snapshot);
-    // A list that became empty or stopped being empty changes the rules (REJECT / DROP): a sync.
-    if (this.proxier.portalsPending) this.#queueSync();
-    // Health check node ports report local endpoints: only theirs need a look.
-    let healthChecked = false;
-    for (const key of snapshot.changedEndpoints)
-      if ((snapshot.servicePorts.get(key)?.healthCheckNodePort ?? 0) !== 0) healthChecked = true;
-    if (healthChecked)
-      void this.#syncServiceHealth().catch((err: unknown) =>
-        this.log.error({ err }, 'Failed to update the service health servers'),
-      );
+    this.syncLoop.onChange();
   }
 
   #queueSync(): void {
-    const now = Date.now();
-    this.health.queuedUpdate(now);
-    this.metrics.lastQueued.set(now / 1000);
-    if (this.state.isInitialized) this.runner.run();
-  }
-
-  async #sync(): Promise<void> {
-    // proxier.sync() checks the state out synchronously, before its first await.
-    this.health.syncStarted();
-    const result = await this.proxier.sync();
-    if (result === undefined) return;
-    const now = Date.now();
-    this.health.updated(now);
-    this.metrics.syncDuration.observe(result.durationMs / 1000);
-    this.metrics.lastSync.set(now / 1000);
-    const snapshot = this.proxier.snapshot;
-    if (snapshot !== undefined) this.#recordApplied(snapshot);
-    await this.#syncServiceHealth();
-    if (this.log.isLevelEnabled('debug')) this.log.debug({ ...result }, 'Synced');
-  }
-
-  /** Change counters (every handler call up to now) and network programming latency of an applied checkout. */
-  #recordApplied(snapshot: Snapshot): void {
-    const now = Date.now();
-    const { serviceChangesTotal, endpointChangesTotal } = this.state;
-    this.metrics.serviceChangesTotal.inc(serviceChangesTotal - this.#countedServiceChanges);
-    this.metrics.endpointChangesTotal.inc(endpointChangesTotal - this.#countedEndpointChanges);
-    this.#countedServiceChanges = serviceChangesTotal;
-    this.#countedEndpointChanges = endpointChangesTotal;
-    for (const t of snapshot.triggerTimes) {
-      if (t <= now) this.metrics.networkProgrammingDuration.observe((now - t) / 1000);
-    }
+    this.syncLoop.queue();
   }
 
   /** kube-proxy's per-service health check node ports: opened, closed and answered after each sync. */
   async #syncServiceHealth(): Promise<void> {
     const snapshot = this.proxier.snapshot;
-    if (snapshot === undefined) return;
-    const ports = new Map<number, ServiceName>();
-    const local = new Map<string, number>();
-    for (const sp of snapshot.servicePorts.values()) {
-      if (sp.healthCheckNodePort === 0) continue;
-      ports.set(sp.healthCheckNodePort, { namespace: sp.namespace, name: sp.serviceName });
-      const key = `${sp.namespace}/${sp.serviceName}`;
-      const count = snapshot.endpoints.get(sp.key)?.localReadyCount ?? 0;
-      local.set(key, Math.max(local.get(key) ?? 0, count));
-    }
-    this.serviceHealth.syncEndpoints(local);
-    await this.serviceHealth.syncServices(ports);
+    if (snapshot !== undefined) await this.serviceHealth.syncSnapshot(snapshot);
   }
 
-  /** Starts the servers, the listener for the default IPv6 check, the source and the sync loop. */
+  /**
+   * Checks what the proxy needs (NET_ADMIN), applies the conntrack settings, then starts the parts in
+   * order (see #parts); a part that fails to start closes the ones before it.
+   */
   async start(): Promise<void> {
     this.log.info(
       {
@@ -355,8 +269,6 @@ export class ProxyServer {
         'KUP_ERR_PERMISSION',
         'missing capability NET_ADMIN, needed to write iptables rules (grant it, or run with --no-iptables)',
       );
-    // The shell is started while this process is small (its own start is a fork of this process).
-    this.#shellRun?.start();
     if (this.#sysctl !== undefined)
       await applyConntrackSettings(
         {
@@ -367,11 +279,111 @@ export class ProxyServer {
         },
         { sysctl: this.#sysctl, log: this.log.child({ component: 'conntrack' }) },
       );
-    await this.#startServers();
-    if (this.config.bindAddress === '0.0.0.0' && !(await canListenDualStack())) {
-      this.log.warn('IPv6 is not available; listening on IPv4 only');
-      this.proxier.setListenHost('0.0.0.0');
-    }
+    this.#starting = startParts(this.#parts(), {
+      log: this.log,
+      boundMs: PART_CLOSE_BOUND_MS,
+      started: this.#started,
+      stopped: () => this.#closing !== undefined,
+    });
+    await this.#starting;
+  }
+
+  /**
+   * The parts of the running proxy, in start order; close() closes them in reverse: the sync loop
+   * stops, then the source, then the listeners drain (for up to --shutdown-grace-period), the proxy
+   * ports are saved, and the servers and the iptables shell go last.
+   */
+  #parts(): Part[] {
+    const parts: Part[] = [];
+    const shell = this.#shellRun;
+    // The shell is started while this process is small (its own start is a fork of this process).
+    if (shell !== undefined)
+      parts.push({
+        name: 'iptables shell',
+        start: async () => shell.start(),
+        close: async () => shell.close(),
+      });
+    parts.push(
+      this.#httpServer(
+        'healthz',
+        this.config.healthzBindAddress,
+        () => healthRoutes(this.health),
+        (s) => {
+          this.healthServer = s;
+        },
+      ),
+      this.#httpServer(
+        'metrics',
+        this.config.metricsBindAddress,
+        () => ({
+          ...metricsRoutes(this.metrics, this.config),
+          ...traceRoutes(this.tracer, this.connections),
+          ...debugRoutes(() => this.proxier),
+        }),
+        (s) => {
+          this.metricsServer = s;
+        },
+      ),
+      { name: 'service health checks', close: () => this.serviceHealth.close() },
+      {
+        name: 'proxy ports',
+        start: () => this.#loadPreferredPorts(),
+        // After the listeners closed: what the next process reads back.
+        close: async () => this.#stateFile?.flush(),
+      },
+      {
+        name: 'service port listeners',
+        start: async () => {
+          if (this.config.bindAddress === '0.0.0.0' && !(await canListenDualStack())) {
+            this.log.warn('IPv6 is not available; listening on IPv4 only');
+            this.proxier.setListenHost('0.0.0.0');
+          }
+        },
+        // Stops accepting; established connections finish within the grace period, then are torn down.
+        close: async () => {
+          await this.proxier.close();
+          await this.proxier.drained();
+        },
+        destroy: () => this.proxier.destroy(),
+        closeBoundMs: this.config.shutdownGracePeriodMs,
+      },
+      { name: 'source', start: () => this.#startSource(), close: () => this.#stopSource() },
+      { name: 'sync loop', start: async () => this.#startSyncing(), close: () => this.runner.stop() },
+    );
+    return parts;
+  }
+
+  /** A health or metrics server part; `""` disables it. With --bind-address-hard-fail a failure is fatal. */
+  #httpServer(
+    name: string,
+    address: string,
+    routes: () => Record<string, Route>,
+    started: (s: HttpServer) => void,
+  ): Part {
+    let server: HttpServer | undefined;
+    return {
+      name: `${name} server`,
+      start: async () => {
+        if (address === '') return;
+        try {
+          server = await startHttpServer(address, routes());
+          started(server);
+        } catch (err) {
+          if (this.config.bindAddressHardFail)
+            throw new ProxyError(
+              'KUP_ERR_LISTEN',
+              `cannot start the ${name} server on ${address}: ${(err as Error).message}`,
+              { cause: err },
+            );
+          this.log.error({ err, address }, `Failed to start the ${name} server`);
+        }
+      },
+      close: async () => server?.close(),
+    };
+  }
+
+  /** The proxy ports a previous process used: from the rules in place, then the state file (which wins). */
+  async #loadPreferredPorts(): Promise<void> {
     if (this.portals !== undefined) {
       for (const [key, port] of await this.portals.previousProxyPorts()) this.#preferredPorts.set(key, port);
       if (this.#preferredPorts.size > 0) {
@@ -381,7 +393,7 @@ export class ProxyServer {
         );
       }
     }
-    // After the rules: the file wins, and it also covers --no-iptables, where there are no rules.
+    // It also covers --no-iptables, where there are no rules.
     const stateFile = await resolveStateFile(this.config.stateFile);
     if (stateFile !== undefined) {
       this.#stateFile = new StateFile(stateFile, this.log.child({ component: 'state-file' }));
@@ -392,6 +404,9 @@ export class ProxyServer {
         'Reusing the proxy ports of the state file',
       );
     }
+  }
+
+  async #startSource(): Promise<void> {
     if (this.config.manifest !== undefined) {
       this.manifest = new ManifestSource(
         this.config.manifest,
@@ -400,32 +415,43 @@ export class ProxyServer {
         { nodeName: this.nodeName },
       );
       await this.manifest.start();
-    } else {
-      // Nothing is programmed until Services and EndpointSlices are listed; health says not ready until then.
-      this.kubernetes = new KubernetesSource({
-        kubeConfig: loadKubeConfig({ kubeconfig: this.config.kubeconfig, master: this.config.master }),
-        handlers: this.state,
-        nodeName: this.nodeName,
-        log: this.log.child({ component: 'kubernetes' }),
-        configSyncPeriodMs: this.config.configSyncPeriodMs,
-        onNode: (node) => this.#onNode(node),
-      });
-      await this.kubernetes.start();
-      if (this.#families !== undefined) {
-        // The first sync waits (bounded) for this Node: its InternalIPs are the node IPs of the rules.
-        const source = this.kubernetes;
-        let timer: NodeJS.Timeout | undefined;
-        const waited = new Promise<void>((r) => {
-          timer = setTimeout(r, NODE_WAIT_MS);
-        });
-        void Promise.race([source.nodeListed, waited]).then(() => {
-          clearTimeout(timer);
-          if (this.#closing === undefined) this.runner.start();
-        });
-        return;
-      }
+      return;
     }
-    this.runner.start();
+    // Nothing is programmed until Services and EndpointSlices are listed; health says not ready until then.
+    this.kubernetes = new KubernetesSource({
+      kubeConfig: loadKubeConfig({ kubeconfig: this.config.kubeconfig, master: this.config.master }),
+      handlers: this.state,
+      nodeName: this.nodeName,
+      log: this.log.child({ component: 'kubernetes' }),
+      configSyncPeriodMs: this.config.configSyncPeriodMs,
+      onNode: (node) => this.#onNode(node),
+    });
+    await this.kubernetes.start();
+  }
+
+  async #stopSource(): Promise<void> {
+    await this.manifest?.stop();
+    await this.kubernetes?.stop();
+  }
+
+  /**
+   * Starts the sync runner. With the API and iptables, the first sync waits (bounded) for this Node:
+   * its InternalIPs are the node IPs of the rules.
+   */
+  #startSyncing(): void {
+    const source = this.kubernetes;
+    if (source === undefined || this.#network === undefined) {
+      this.runner.start();
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<void>((r) => {
+      timer = setTimeout(r, NODE_WAIT_MS);
+    });
+    void Promise.race([source.nodeListed, waited]).then(() => {
+      clearTimeout(timer);
+      if (this.#closing === undefined) this.runner.start();
+    });
   }
 
   /**
@@ -434,129 +460,35 @@ export class ProxyServer {
    * is full. (kube-proxy exits and is restarted instead.)
    */
   #onNode(node: Node | undefined): void {
-    const before = this.#node;
-    this.#node = node;
     this.health.setNodeEligible(node !== undefined && isNodeEligible(node));
-    const families = this.#families;
-    let changed =
-      nodePodCIDRs(before).join() !== nodePodCIDRs(node).join() && this.config.detectLocalMode === 'NodeCIDR';
-    const ipsOf = (n: Node | undefined) => `${nodeInternalIP(n, 'IPv4')} ${nodeInternalIP(n, 'IPv6')}`;
-    if (families !== undefined && ipsOf(before) !== ipsOf(node)) {
-      const log = this.log.child({ component: 'iptables' });
-      const next = familyConfigs(this.config, this.#hostInfo(), log, node);
-      for (const [i, f] of families.entries()) {
-        const n = next.find((x) => x.family === f.family);
-        if (
-          n === undefined ||
-          (n.hostIP === f.hostIP && n.nodePortAddresses.join() === f.nodePortAddresses.join())
-        )
-          continue;
-        this.log.info(
-          { family: f.family, nodeIP: n.hostIP, nodePortAddresses: n.nodePortAddresses },
-          'Node IP changed',
-        );
-        families[i] = { ...f, hostIP: n.hostIP, nodePortAddresses: n.nodePortAddresses };
-        changed = true;
-      }
-    }
-    if (changed && this.proxier.lastSyncMs !== 0) {
+    const addresses =
+      node === undefined
+        ? undefined
+        : {
+            internalIPs: { IPv4: nodeInternalIP(node, 'IPv4'), IPv6: nodeInternalIP(node, 'IPv6') },
+            podCIDRs: nodePodCIDRs(node),
+          };
+    if (this.#network?.nodeChanged(addresses) === true && this.proxier.lastSyncMs !== 0) {
       this.proxier.requestFullSync();
       this.#queueSync();
     }
   }
 
-  /**
-   * The local traffic detector of `family` (--detect-local-mode), for the rules; undefined when the
-   * mode has nothing for that family. NodeCIDR reads the Node's spec.podCIDRs as known now.
-   */
-  localDetectorFor(family: IPFamily): LocalTrafficDetector | undefined {
-    return localTrafficDetector(localDetectOptions(this.config, nodePodCIDRs(this.#node)), family);
-  }
-
-  /** The families programmed now, with their node IPs and resolved nodePortAddresses ([] with --no-iptables). */
-  get families(): readonly FamilyConfig[] {
-    return this.#families ?? [];
-  }
-
-  async #startServers(): Promise<void> {
-    const hardFail = this.config.bindAddressHardFail;
-    const start = async (name: string, address: string, routes: Parameters<typeof startHttpServer>[1]) => {
-      if (address === '') return undefined;
-      try {
-        return await startHttpServer(address, routes);
-      } catch (err) {
-        if (hardFail)
-          throw new ProxyError(
-            'KUP_ERR_LISTEN',
-            `cannot start the ${name} server on ${address}: ${(err as Error).message}`,
-            { cause: err },
-          );
-        this.log.error({ err, address }, `Failed to start the ${name} server`);
-        return undefined;
-      }
-    };
-    this.healthServer = await start('healthz', this.config.healthzBindAddress, {
-      '/healthz': (_req, res) => {
-        const s = this.health.status(Date.now());
-        sendJSON(res, s.healthy ? 200 : 503, {
-          lastUpdated: s.lastUpdated,
-          currentTime: s.currentTime,
-          healthy: s.healthy,
-          nodeEligible: s.nodeEligible,
-          reason: s.reason,
-        });
-      },
-      '/livez': (_req, res) => {
-        const now = Date.now();
-        const s = this.health.status(now, { requireSynced: false });
-        sendJSON(res, s.healthy ? 200 : 503, {
-          lastUpdated: s.lastUpdated,
-          currentTime: s.currentTime,
-          healthy: s.healthy,
-        });
-      },
-    });
-    this.metricsServer = await start('metrics', this.config.metricsBindAddress, {
-      '/metrics': async (_req, res) =>
-        sendText(res, 200, await this.metrics.registry.metrics(), this.metrics.registry.contentType),
-      '/proxyMode': (_req, res) => sendText(res, 200, 'userspace'),
-      // As kube-proxy's /configz: the effective configuration, keyed by its API group.
-      '/configz': (_req, res) => sendJSON(res, 200, { 'kubeproxy.config.k8s.io': this.config }),
-      '/healthz': (_req, res) => sendText(res, 200, 'ok'),
-      ...traceRoutes(this.tracer, this.connections),
-      '/debug/services': (_req, res) =>
-        sendJSON(
-          res,
-          200,
-          debugServices(this.proxier.status(), this.proxier.failures(), this.proxier.nodePortErrors()),
-        ),
-    });
+  /** The node's addresses and local traffic detection for the rules; undefined with --no-iptables. */
+  get network(): NodeNetwork | undefined {
+    return this.#network;
   }
 
   /**
-   * Stops accepting, lets established connections finish for up to the grace period, then closes
-   * everything in reverse order. Rules stay in place (the next process replaces them).
+   * Closes the parts in reverse order, each within its bound (the listeners within
+   * --shutdown-grace-period, then their connections are torn down). Rules stay in place (the next
+   * process replaces them). Resolves with the parts that had to be destroyed (KUP_ERR_SHUTDOWN_TIMEOUT).
    */
-  close(): Promise<void> {
-    this.#closing ??= (async () => {
-      await this.manifest?.stop();
-      await this.kubernetes?.stop();
-      await this.runner.stop();
-      await this.proxier.close();
-      const deadline = Date.now() + this.config.shutdownGracePeriodMs;
-      while (this.proxier.activeConnections() > 0 && Date.now() < deadline)
-        await new Promise((r) => setTimeout(r, 50));
-      const left = this.proxier.activeConnections();
-      if (left > 0) this.log.warn({ connections: left }, 'Grace period over, closing connections');
-      this.proxier.destroy();
-      await this.#stateFile?.flush();
-      await Promise.all([
-        this.metricsServer?.close(),
-        this.healthServer?.close(),
-        this.serviceHealth.close(),
-      ]);
-      this.#shellRun?.close();
-    })();
+  close(): Promise<ProxyError[]> {
+    // A start under way finishes the part it is starting first (it starts no other).
+    this.#closing ??= (this.#starting ?? Promise.resolve())
+      .catch(() => {})
+      .then(() => closeParts(this.#started, this.log, PART_CLOSE_BOUND_MS));
     return this.#closing;
   }
 }

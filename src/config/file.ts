@@ -2,28 +2,16 @@
 // checked Partial<Config>, and a Config written back as one (--write-config-to). Strict: an unknown field
 // is an error; real v1alpha1 fields that do not apply to the userspace proxy are accepted and listed.
 import { readFile, writeFile } from 'node:fs/promises';
+import { isDeepStrictEqual } from 'node:util';
 import { Document, LineCounter, parseDocument, Scalar } from 'yaml';
 import { ProxyError } from '../lib/errors.ts';
-import type { Config } from './config.ts';
-import type { ValueSource } from './validate.ts';
-import {
-  checkBindAddress,
-  checkCIDRs,
-  checkClusterCIDRs,
-  checkContentType,
-  checkDetectLocalMode,
-  checkDuration,
-  checkHostPort,
-  checkInt,
-  checkNonNegative,
-  checkPortRange,
-  checkProxyMode,
-  formatDuration,
-  invalidValue,
-} from './validate.ts';
+import type { Config } from './config-type.ts';
+import { IGNORED_FIELDS, isUnset } from './ignored.ts';
+import { SETTINGS, type Setting } from './settings.ts';
+import { invalidValue, type ValueSource } from './validate.ts';
 
-export const CONFIG_API_VERSION = 'kubeproxy.config.k8s.io/v1alpha1';
-export const CONFIG_KIND = 'KubeProxyConfiguration';
+const CONFIG_API_VERSION = 'kubeproxy.config.k8s.io/v1alpha1';
+const CONFIG_KIND = 'KubeProxyConfiguration';
 
 /** What a config file says. */
 export type ConfigFile = {
@@ -33,168 +21,32 @@ export type ConfigFile = {
   readonly ignored: string[];
 };
 
-type Setter = (value: unknown, at: ValueSource) => Partial<Config>;
-/** A field this proxy reads; a struct of fields; or a field accepted and ignored (`any`: whatever it holds,
- * a list: a struct with exactly these fields). */
+/** A field of the file: a setting's row, a struct of fields, or a field accepted and ignored. */
 type Field =
-  | { readonly set: Setter }
-  | { readonly fields: Readonly<Record<string, Field>> }
+  | { readonly setting: Setting }
+  | { readonly fields: Map<string, Field> }
   | { readonly ignore: 'any' | readonly string[] };
 
-const INT32_MAX = 2 ** 31 - 1;
+/** The v1alpha1 fields this proxy knows, by name, from the settings table and the ignored fields. */
+function fieldTree(): Map<string, Field> {
+  const root = new Map<string, Field>();
+  const place = (path: string, field: Field) => {
+    const names = path.split('.');
+    let fields = root;
+    for (const name of names.slice(0, -1)) {
+      const struct = fields.get(name) ?? { fields: new Map<string, Field>() };
+      fields.set(name, struct);
+      if (!('fields' in struct)) throw new Error(`${path}: ${name} is not a struct`);
+      fields = struct.fields;
+    }
+    fields.set(names.at(-1)!, field);
+  };
+  for (const setting of SETTINGS) if (setting.file !== undefined) place(setting.file, { setting });
+  for (const [path, ignore] of Object.entries(IGNORED_FIELDS)) place(path, { ignore });
+  return root;
+}
 
-function str(v: unknown, at: ValueSource): string {
-  if (typeof v !== 'string') invalidValue(at, v, 'expected a string');
-  return v;
-}
-function num(v: unknown, at: ValueSource): number {
-  if (typeof v !== 'number') invalidValue(at, v, 'expected a number');
-  return v;
-}
-function bool(v: unknown, at: ValueSource): boolean {
-  if (typeof v !== 'boolean') invalidValue(at, v, 'expected true or false');
-  return v;
-}
-function strings(v: unknown, at: ValueSource): string[] {
-  if (!Array.isArray(v) || v.some((s) => typeof s !== 'string'))
-    invalidValue(at, v, 'expected a list of strings');
-  return v;
-}
-
-// kube-proxy's defaulting (SetDefaults_KubeProxyConfiguration) treats these zero values as "unset", so a
-// kubeadm-written file full of `""` and `0s` means the defaults; the setters below leave them out.
-const set = (fn: Setter): Field => ({ set: fn });
-const duration = (key: keyof Config): Field =>
-  set((v, at) => {
-    const ms = checkDuration(str(v, at), at);
-    return ms === 0 ? {} : { [key]: ms };
-  });
-const ignore = (fields: 'any' | readonly string[] = 'any'): Field => ({ ignore: fields });
-
-const FIELDS: Readonly<Record<string, Field>> = {
-  bindAddress: set((v, at) => (str(v, at) === '' ? {} : { bindAddress: checkBindAddress(str(v, at), at) })),
-  bindAddressHardFail: set((v, at) => ({ bindAddressHardFail: bool(v, at) })),
-  clientConnection: {
-    fields: {
-      kubeconfig: set((v, at) => (str(v, at) === '' ? {} : { kubeconfig: str(v, at) })),
-      contentType: set((v, at) =>
-        str(v, at) === '' ? {} : { kubeApiContentType: checkContentType(str(v, at), at) },
-      ),
-      qps: set((v, at) => {
-        const qps = checkNonNegative(num(v, at), at);
-        return qps === 0 ? {} : { kubeApiQps: qps };
-      }),
-      burst: set((v, at) => {
-        const burst = checkInt(num(v, at), at, 0, INT32_MAX);
-        return burst === 0 ? {} : { kubeApiBurst: burst };
-      }),
-      acceptContentTypes: ignore(),
-    },
-  },
-  clusterCIDR: set((v, at) => (str(v, at) === '' ? {} : { clusterCIDRs: checkClusterCIDRs(str(v, at), at) })),
-  configSyncPeriod: duration('configSyncPeriodMs'),
-  conntrack: {
-    fields: {
-      maxPerCore: set((v, at) => ({ conntrackMaxPerCore: checkInt(num(v, at), at, 0, INT32_MAX) })),
-      min: set((v, at) => ({ conntrackMin: checkInt(num(v, at), at, 0, INT32_MAX) })),
-      tcpEstablishedTimeout: set((v, at) => ({
-        conntrackTcpEstablishedTimeoutMs: checkDuration(str(v, at), at),
-      })),
-      tcpCloseWaitTimeout: set((v, at) => ({
-        conntrackTcpCloseWaitTimeoutMs: checkDuration(str(v, at), at),
-      })),
-      tcpBeLiberal: ignore(),
-      udpTimeout: ignore(),
-      udpStreamTimeout: ignore(),
-    },
-  },
-  detectLocal: {
-    fields: {
-      bridgeInterface: set((v, at) =>
-        str(v, at).trim() === '' ? {} : { podBridgeInterface: str(v, at).trim() },
-      ),
-      interfaceNamePrefix: set((v, at) =>
-        str(v, at).trim() === '' ? {} : { podInterfaceNamePrefix: str(v, at).trim() },
-      ),
-    },
-  },
-  detectLocalMode: set((v, at) =>
-    str(v, at) === '' ? {} : { detectLocalMode: checkDetectLocalMode(str(v, at), at) },
-  ),
-  enableProfiling: set((v, at) => ({ profiling: bool(v, at) })),
-  featureGates: ignore(),
-  healthzBindAddress: set((v, at) =>
-    str(v, at) === '' ? {} : { healthzBindAddress: checkHostPort(str(v, at), at, 10256) },
-  ),
-  hostnameOverride: set((v, at) =>
-    str(v, at).trim() === '' ? {} : { hostnameOverride: str(v, at).trim().toLowerCase() },
-  ),
-  iptables: {
-    fields: {
-      syncPeriod: duration('iptablesSyncPeriodMs'),
-      minSyncPeriod: duration('iptablesMinSyncPeriodMs'),
-      masqueradeBit: ignore(),
-      masqueradeAll: ignore(),
-      localhostNodePorts: ignore(),
-      snatNodeInternalIP: ignore(),
-    },
-  },
-  ipvs: ignore([
-    'syncPeriod',
-    'minSyncPeriod',
-    'scheduler',
-    'excludeCIDRs',
-    'strictARP',
-    'tcpTimeout',
-    'tcpFinTimeout',
-    'udpTimeout',
-  ]),
-  logging: {
-    fields: {
-      format: set((v, at) => {
-        const f = str(v, at);
-        if (f !== '' && f !== 'text' && f !== 'json') invalidValue(at, f, 'expected "text" or "json"');
-        return f === '' ? {} : { logFormat: f };
-      }),
-      verbosity: set((v, at) => ({ verbosity: checkInt(num(v, at), at, 0, INT32_MAX) })),
-      flushFrequency: ignore(),
-      vmodule: ignore(),
-      options: ignore(),
-    },
-  },
-  metricsBindAddress: set((v, at) =>
-    str(v, at) === '' ? {} : { metricsBindAddress: checkHostPort(str(v, at), at, 10249) },
-  ),
-  mode: set((v, at) => {
-    checkProxyMode(str(v, at), at);
-    return {};
-  }),
-  nftables: ignore(['masqueradeBit', 'masqueradeAll', 'syncPeriod', 'minSyncPeriod']),
-  nodePortAddresses: set((v, at) => ({ nodePortAddresses: checkCIDRs(strings(v, at), at) })),
-  oomScoreAdj: set((v, at) => ({ oomScoreAdj: checkInt(num(v, at), at, -1000, 1000) })),
-  portRange: set((v, at) => ({ proxyPortRange: checkPortRange(str(v, at), at) })),
-  // Removed from kube-proxy in 1.16; old files still carry it.
-  resourceContainer: ignore(),
-  showHiddenMetricsForVersion: ignore(),
-  udpIdleTimeout: duration('udpTimeoutMs'),
-  windowsRunAsService: ignore(),
-  winkernel: ignore([
-    'networkName',
-    'sourceVip',
-    'enableDSR',
-    'rootHnsEndpointName',
-    'forwardHealthCheckVip',
-  ]),
-};
-
-/** True for the values a kubeadm-written file uses for "unset": not worth a warning when ignored. */
-function isZero(v: unknown): boolean {
-  if (v === null || v === undefined || v === false || v === 0 || v === '' || v === '0s' || v === '0')
-    return true;
-  if (Array.isArray(v)) return v.every(isZero);
-  if (typeof v === 'object') return Object.values(v).every(isZero);
-  return false;
-}
+const FIELDS = fieldTree();
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -243,18 +95,23 @@ export function parseConfigFile(text: string, file: string): ConfigFile {
 
   const config: Partial<Config> = {};
   const ignored: string[] = [];
-  const walk = (fields: Readonly<Record<string, Field>>, object: Record<string, unknown>, path: string[]) => {
+  const walk = (fields: Map<string, Field>, object: Record<string, unknown>, path: string[]) => {
     for (const [name, value] of Object.entries(object)) {
       const at = [...path, name];
-      const field = fields[name];
+      const field = fields.get(name);
       if (field === undefined) {
         if (path.length === 0 && (name === 'apiVersion' || name === 'kind')) continue;
         return fail(at, `unknown field "${at.join('.')}"`);
       }
       if (value === null || value === undefined) continue;
       const source: ValueSource = { code: 'KUP_ERR_CONFIG_FILE', name: at.join('.'), file: where(at) };
-      if ('set' in field) Object.assign(config, field.set(value, source));
-      else if ('fields' in field) {
+      if ('setting' in field) {
+        const { key, codec, fileZero } = field.setting;
+        // kube-proxy's defaulting treats zero values as unset: a kubeadm file full of "" and 0s means the defaults.
+        if (fileZero !== 'value' && codec.isZero(value)) continue;
+        const v = codec.read(value, source);
+        if (key !== undefined) (config as Record<string, unknown>)[key] = v;
+      } else if ('fields' in field) {
         if (!isObject(value)) invalidValue(source, value, 'expected an object');
         walk(field.fields, value, at);
       } else {
@@ -263,7 +120,7 @@ export function parseConfigFile(text: string, file: string): ConfigFile {
           const unknown = Object.keys(value).find((k) => !field.ignore.includes(k));
           if (unknown !== undefined) fail([...at, unknown], `unknown field "${[...at, unknown].join('.')}"`);
         }
-        if (!isZero(value)) ignored.push(at.join('.'));
+        if (!isUnset(value)) ignored.push(at.join('.'));
       }
     }
   };
@@ -286,61 +143,58 @@ export async function loadConfigFile(path: string): Promise<ConfigFile> {
 
 /**
  * Renders every field of `config` that a KubeProxyConfiguration can hold, as YAML that parseConfigFile
- * reads back to the same values. Values a file cannot express (a disabled server, a zero min sync
- * period: zero means the default there) carry a comment naming the flag that can.
+ * reads back to the same values. A value a file cannot express (a zero that means the default there: a
+ * disabled server, a zero min sync period) carries a comment naming the flag that can.
  */
 export function renderConfigFile(config: Config): string {
-  const c = config;
+  const fields: Record<string, unknown> = {};
+  const notes: [path: string[], note: string][] = [];
+  for (const s of SETTINGS) {
+    if (s.file === undefined) continue;
+    const path = s.file.split('.');
+    const value = fileValue(s, config);
+    setIn(fields, path, value);
+    const current = s.key === undefined ? s.default : config[s.key];
+    if (s.fileZero !== 'value' && s.codec.isZero(value) && !isDeepStrictEqual(current, s.default))
+      notes.push([path, `in a file ${spell(value)} means the default; pass --${s.flag}=${s.codec.zeroFlag}`]);
+  }
+  // `mode` first: it says which proxier the rest is for. The others in kube-proxy's (alphabetical) order.
+  const { mode, ...rest } = fields;
+  const sorted = Object.keys(rest).sort();
   const doc = new Document({
     apiVersion: CONFIG_API_VERSION,
     kind: CONFIG_KIND,
-    mode: 'userspace',
-    bindAddress: c.bindAddress,
-    bindAddressHardFail: c.bindAddressHardFail,
-    clientConnection: {
-      kubeconfig: c.kubeconfig ?? '',
-      contentType: c.kubeApiContentType,
-      qps: c.kubeApiQps,
-      burst: c.kubeApiBurst,
-    },
-    clusterCIDR: c.clusterCIDRs.join(','),
-    configSyncPeriod: formatDuration(c.configSyncPeriodMs),
-    conntrack: {
-      maxPerCore: c.conntrackMaxPerCore,
-      min: c.conntrackMin,
-      tcpEstablishedTimeout: formatDuration(c.conntrackTcpEstablishedTimeoutMs),
-      tcpCloseWaitTimeout: formatDuration(c.conntrackTcpCloseWaitTimeoutMs),
-    },
-    detectLocal: { bridgeInterface: c.podBridgeInterface, interfaceNamePrefix: c.podInterfaceNamePrefix },
-    detectLocalMode: c.detectLocalMode,
-    enableProfiling: c.profiling,
-    healthzBindAddress: c.healthzBindAddress,
-    hostnameOverride: c.hostnameOverride,
-    iptables: {
-      syncPeriod: formatDuration(c.iptablesSyncPeriodMs),
-      minSyncPeriod: formatDuration(c.iptablesMinSyncPeriodMs),
-    },
-    logging: { format: c.logFormat, verbosity: c.verbosity },
-    metricsBindAddress: c.metricsBindAddress,
-    nodePortAddresses: c.nodePortAddresses,
-    oomScoreAdj: c.oomScoreAdj,
-    portRange: c.proxyPortRange,
-    udpIdleTimeout: formatDuration(c.udpTimeoutMs),
+    mode,
+    ...Object.fromEntries(sorted.map((name) => [name, rest[name]])),
   });
-  const note = (path: string[], text: string) => {
+  for (const [path, note] of notes) {
     const node = doc.getIn(path, true);
-    if (node instanceof Scalar) node.comment = ` ${text}`;
-  };
-  if (c.healthzBindAddress === '')
-    note(['healthzBindAddress'], 'disabled: in a file "" means the default; pass --healthz-bind-address=""');
-  if (c.metricsBindAddress === '')
-    note(['metricsBindAddress'], 'disabled: in a file "" means the default; pass --metrics-bind-address=""');
-  if (c.iptablesMinSyncPeriodMs === 0)
-    note(['iptables', 'minSyncPeriod'], 'in a file 0s means 1s; pass --iptables-min-sync-period=0');
+    if (node instanceof Scalar) node.comment = ` ${note}`;
+  }
   doc.commentBefore =
     ' Written by kube-userspace-proxy --write-config-to: the effective configuration. Flags of our own\n' +
     ' (--manifest, --no-iptables, --trace, --udp-max-sessions, --tcp-*-timeout, ...) have no field here.';
   return doc.toString({ lineWidth: 0 });
+}
+
+/** A row's value in the written file; undefined (no kubeconfig) is written as "", unset. */
+function fileValue(s: Setting, config: Config): unknown {
+  const value = s.key === undefined ? s.default : config[s.key];
+  return value === undefined ? '' : s.codec.write(value);
+}
+
+/** A file value as YAML shows it (`""`, `0s`, `0`). */
+function spell(value: unknown): string {
+  return typeof value === 'string' && value !== '' ? value : JSON.stringify(value);
+}
+
+function setIn(object: Record<string, unknown>, path: readonly string[], value: unknown): void {
+  let at = object;
+  for (const name of path.slice(0, -1)) {
+    at[name] ??= {};
+    at = at[name] as Record<string, unknown>;
+  }
+  at[path.at(-1)!] = value;
 }
 
 /** Writes renderConfigFile(config) to `path` (`/dev/stdout` works); KUP_ERR_CONFIG_FILE if it cannot. */

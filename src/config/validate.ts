@@ -4,9 +4,9 @@ import type { ErrorCode } from '../lib/errors.ts';
 import { ProxyError } from '../lib/errors.ts';
 import { joinHostPort, parseHostPort } from '../lib/host-port.ts';
 import { isValidCIDR, isValidIP } from '../lib/ip.ts';
-import { parsePortRange } from '../lib/port-range.ts';
-import type { DetectLocalMode } from './config.ts';
-import { DETECT_LOCAL_MODES, NODE_PORT_ADDRESSES_PRIMARY } from './config.ts';
+import { portRangeProblem } from '../lib/port-range.ts';
+import type { DetectLocalMode } from './config-type.ts';
+import { DETECT_LOCAL_MODES, NODE_PORT_ADDRESSES_PRIMARY } from './config-type.ts';
 
 const UNIT_MS: Record<string, number> = {
   ns: 1e-6,
@@ -40,10 +40,6 @@ export function formatDuration(ms: number): string {
   return `${s}s`;
 }
 
-export function isUnspecified(ip: string): boolean {
-  return ip === '0.0.0.0' || ip === '::';
-}
-
 /**
  * Where a value came from, so a bad one gets one message naming it: a flag (`--udp-timeout`,
  * KUP_ERR_INVALID_FLAG) or a config file field (`udpIdleTimeout` in `file`, KUP_ERR_CONFIG_FILE).
@@ -74,11 +70,8 @@ export function checkBindAddress(value: string, at: ValueSource): string {
 
 /** `""`, `N`, `A-B` or `A+N` (see parsePortRange). */
 export function checkPortRange(value: string, at: ValueSource): string {
-  try {
-    parsePortRange(value);
-  } catch (err) {
-    invalidValue(at, value, (err as Error).message.replace(/^invalid --proxy-port-range "[^"]*": /, ''));
-  }
+  const problem = portRangeProblem(value);
+  if (problem !== undefined) invalidValue(at, value, problem);
   return value;
 }
 
@@ -112,7 +105,7 @@ export function checkCIDRs(values: readonly string[], at: ValueSource): string[]
 }
 
 /** The family of a valid CIDR. */
-export function cidrFamily(cidr: string): 'IPv4' | 'IPv6' {
+function cidrFamily(cidr: string): 'IPv4' | 'IPv6' {
   return cidr.includes(':') ? 'IPv6' : 'IPv4';
 }
 
@@ -164,13 +157,14 @@ export function checkNonNegative(value: number, at: ValueSource): number {
 }
 
 /** The proxy mode: only the userspace mode exists here; `""` means the default, which is userspace. */
-export function checkProxyMode(value: string, at: ValueSource): void {
+export function checkProxyMode(value: string, at: ValueSource): string {
   if (value !== '' && value !== 'userspace')
     invalidValue(
       at,
       value,
       'kube-userspace-proxy only implements the userspace mode (use "userspace" or "")',
     );
+  return value;
 }
 
 export const CONTENT_TYPES = ['application/vnd.kubernetes.protobuf', 'application/json'] as const;

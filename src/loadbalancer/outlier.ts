@@ -28,8 +28,6 @@ export class OutlierDetector {
   readonly options: OutlierOptions;
   readonly #health = new Map<string, Health>();
   #ejected = 0;
-  /** Ejections so far (metrics). */
-  ejectionsTotal = 0;
 
   constructor(options: OutlierOptions = DEFAULT_OUTLIER_OPTIONS) {
     this.options = options;
@@ -71,7 +69,6 @@ export class OutlierDetector {
     h.ejections++;
     h.ejectedUntilMs = nowMs + duration;
     this.#ejected++;
-    this.ejectionsTotal++;
     return { endpoint, untilMs: h.ejectedUntilMs, ejections: h.ejections, failures: h.failures };
   }
 

@@ -33,7 +33,7 @@ export function readHostInfo(): HostInfo {
 }
 
 /** The interface of the IPv4 default route (destination 00000000, mask 00000000). */
-export function defaultRouteInterface4(route: string): string | undefined {
+function defaultRouteInterface4(route: string): string | undefined {
   for (const line of route.split('\n').slice(1)) {
     const f = line.trim().split(/\s+/);
     if (f.length >= 8 && f[1] === '00000000' && f[7] === '00000000') return f[0];
@@ -42,7 +42,7 @@ export function defaultRouteInterface4(route: string): string | undefined {
 }
 
 /** The interface of the IPv6 default route (::/0), skipping the loopback "unreachable" entries. */
-export function defaultRouteInterface6(route: string): string | undefined {
+function defaultRouteInterface6(route: string): string | undefined {
   for (const line of route.split('\n')) {
     const f = line.trim().split(/\s+/);
     if (f.length >= 10 && /^0{32}$/.test(f[0]!) && f[1] === '00' && f[9] !== 'lo') return f[9];
@@ -60,7 +60,7 @@ function usable(a: NetworkInterfaceInfo, family: IPFamily): boolean {
  * The node IP of `family`: the default-route interface's first global address, else the first global
  * address of any interface; undefined when the host has none (that family is then not programmed).
  */
-export function chooseHostIP(info: HostInfo, family: IPFamily): string | undefined {
+function chooseHostIP(info: HostInfo, family: IPFamily): string | undefined {
   const ifname =
     family === 'IPv4' ? defaultRouteInterface4(info.route4) : defaultRouteInterface6(info.route6);
   if (ifname !== undefined) {

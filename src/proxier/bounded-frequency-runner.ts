@@ -1,7 +1,7 @@
 // kube-proxy's BoundedFrequencyRunner: runs `fn` when asked, at most once per minInterval (with a burst),
 // at least once per maxInterval, never two at once, and again after a failure.
-import type { Clock, TimerHandle } from './clock.ts';
-import { realClock } from './clock.ts';
+import type { Clock, TimerHandle } from '../lib/clock.ts';
+import { realClock } from '../lib/clock.ts';
 
 export type RunnerOptions = {
   /** Runs allowed back to back before minInterval applies (kube-proxy uses 2). */

@@ -1,45 +1,43 @@
-// The proxier: makes the running listeners match the desired snapshot. Opens and closes listeners on
-// ports from the allocator, hands endpoints and affinity to each service port's balancer (in place: an
-// endpoint or affinity change never restarts a listener), and asks the portal programmer (iptables) to
-// write the rules. Syncs run through the bounded-frequency runner; a failed open is retried next sync.
+// The proxier: makes the running service ports match the desired snapshot. Opens and closes each
+// service port's listeners (service-port-runtime.ts, ports from the binder), hands endpoints and
+// affinity to their balancers in place, holds NodePorts (node-port-claims.ts), and has the portal
+// programmer write the rules (portal-tracker.ts). One sync at a time; the sync loop decides when.
+
+import type { Clock } from '../lib/clock.ts';
+import { realClock } from '../lib/clock.ts';
 import { isProxyError, ProxyError } from '../lib/errors.ts';
 import type { Logger } from '../lib/log.ts';
 import { Yielder } from '../lib/yielder.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
 import { FdPressure } from '../relay/fd-pressure.ts';
+import { KeepAliveSweeper } from '../relay/keepalive.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
 import { noopObserver } from '../relay/observer.ts';
-import type { ServicePortContext, ServicePortStats } from '../relay/service-context.ts';
-import { newServicePortStats } from '../relay/service-context.ts';
+import { Sweeper } from '../relay/sweeper.ts';
 import type { Connector, TcpRelayOptions } from '../relay/tcp.ts';
-import { TcpListener } from '../relay/tcp.ts';
 import type { UdpRelayOptions } from '../relay/udp.ts';
-import { UdpListener, UdpSessionBudget } from '../relay/udp.ts';
-import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
+import { UdpSessionBudget } from '../relay/udp.ts';
+import type { ServicePortEndpoints } from '../state/endpoint.ts';
 import type { TimeSlices } from '../state/proxy-state.ts';
-import {
-  type ServicePort,
-  type ServicePortKey,
-  samePortals,
-  servicePortKey,
-  usesClusterEndpoints,
-  usesLocalEndpoints,
-} from '../state/service-port.ts';
+import { type ServicePort, type ServicePortKey, samePortals } from '../state/service-port.ts';
 import type { Snapshot } from '../state/snapshot.ts';
-import type { Clock } from './clock.ts';
-import { realClock } from './clock.ts';
-import {
-  cleanupFamilyAffinity,
-  familyEndpoints,
-  isDualStack,
-  newFamilyBalancers,
-  primaryFamily,
-  setFamilyAffinity,
-  setFamilyEndpoints,
-} from './family-balancers.ts';
+import { isDualStack } from './family-balancers.ts';
+import { NodePortClaims, nodePortHostsFor } from './node-port-claims.ts';
 import type { PortAllocator } from './port-allocator.ts';
-import { type FamilyPortalEndpoints, portalEndpoints } from './portal-endpoints.ts';
+import { PortBinder } from './port-binder.ts';
 import { noPortals, type PortalProgrammer, type PortalSpec } from './portal-programmer.ts';
+import { PortalTracker } from './portal-tracker.ts';
+import { type ListenerFactory, relayListeners } from './service-port-listener.ts';
+import {
+  localProxyPortKey,
+  needsLocalListener,
+  type RuntimeDeps,
+  ServicePortRuntime,
+  type ServicePortStatus,
+} from './service-port-runtime.ts';
+
+// What server/debug.ts reads; declared beside the runtime that builds it.
+export type { ServicePortStatus } from './service-port-runtime.ts';
 
 /** From this many new service ports in one sync, their rules are written while they bind. */
 export const OVERLAP_MIN_SERVICE_PORTS = 64;
@@ -83,6 +81,11 @@ export type ProxierDeps = {
   log: Logger;
   clock?: Clock;
   connect?: Connector;
+  /**
+   * Makes the listeners of service ports and NodePort claims; default: the real TCP and UDP relays
+   * (with `connect`, fdPressure and udpBudget). Tests inject one without sockets.
+   */
+  listeners?: ListenerFactory;
   /** The observer for a service port (tracing); noop by default. */
   observerFor?: (servicePort: ServicePort) => ConnectionObserver;
   /** Proxy ports to reuse when free (`ns/name:port/PROTO` → port), e.g. read back from a previous
@@ -95,64 +98,6 @@ export type ProxierDeps = {
   onProxyPortsChanged?: (ports: ReadonlyMap<string, number>) => void;
 };
 
-/** The state-file key of a service port's local-list listener: its own key plus `/local`. */
-export function localProxyPortKey(key: string): string {
-  return `${key}/local`;
-}
-
-/**
- * True when a service port needs a second listener for its node-local endpoint list: it uses both the
- * cluster-wide and the local list (a Local traffic policy beside a Cluster one, or beside the
- * short-circuit of externalTrafficPolicy Local).
- */
-export function needsLocalListener(sp: ServicePort): boolean {
-  return usesClusterEndpoints(sp) && usesLocalEndpoints(sp);
-}
-
-/** A listener and what it serves: the second one of a service port that uses both endpoint lists. */
-type PolicyListener = {
-  context: ServicePortContext;
-  listener: TcpListener | UdpListener;
-  proxyPort: number;
-};
-
-/** What runs for one service port. */
-type ServiceInfo = {
-  servicePort: ServicePort;
-  /** The listener of the cluster-wide list (the local list when that is the only one used). */
-  context: ServicePortContext;
-  listener: TcpListener | UdpListener;
-  proxyPort: number;
-  /** The local list's listener when the service port uses both lists (needsLocalListener). */
-  local: PolicyListener | undefined;
-  /** What the rules know of the endpoints (REJECT / DROP when a list is empty). */
-  endpoints: FamilyPortalEndpoints;
-  /**
-   * The NodePort held open (and served) so no other process can take a port our rules hijack;
-   * `hosts` = the addresses held, space-separated (when they change, it is claimed again).
-   */
-  nodePortClaim: { port: number; hosts: string; listeners: (TcpListener | UdpListener)[] } | undefined;
-  /** Why the NodePort could not be claimed; its rules are left out until it can. */
-  nodePortError: ProxyError | undefined;
-  /**
-   * The last PortalSpec handed out, reused while nothing it depends on changed: the same object lets
-   * the rules' delta skip an unchanged service port with one identity check (10,000 per sync).
-   */
-  portal: PortalSpec | undefined;
-};
-
-export type ServicePortStatus = {
-  servicePort: ServicePort;
-  proxyPort: number;
-  endpoints: readonly Endpoint[];
-  context: ServicePortContext;
-  /** The local list's listener, when the service port has a second one; 0 and [] otherwise. */
-  localProxyPort: number;
-  localEndpoints: readonly Endpoint[];
-  /** What the rules know of the endpoints, per family (REJECT / DROP when a list is empty). */
-  portalEndpoints: FamilyPortalEndpoints;
-};
-
 export type SyncResult = {
   full: boolean;
   durationMs: number;
@@ -162,29 +107,27 @@ export type SyncResult = {
 };
 
 export class Proxier {
-  #options: ProxierOptions;
+  #listenHost: string;
+  readonly #options: ProxierOptions;
   readonly #source: SnapshotSource;
-  readonly #allocator: PortAllocator;
-  readonly #portals: PortalProgrammer;
   readonly #log: Logger;
   readonly #clock: Clock;
-  readonly #connect: Connector | undefined;
-  readonly #observerFor: (sp: ServicePort) => ConnectionObserver;
-  readonly #preferredPorts: ReadonlyMap<string, number>;
+  readonly #binder: PortBinder;
+  readonly #claims: NodePortClaims;
+  readonly #portals: PortalTracker;
+  readonly #runtimeDeps: RuntimeDeps;
   readonly #onProxyPortsChanged: ((ports: ReadonlyMap<string, number>) => void) | undefined;
-  readonly #services = new Map<ServicePortKey, ServiceInfo>();
+  readonly #services = new Map<ServicePortKey, ServicePortRuntime>();
   /** Service ports that should run but could not be opened; retried every sync. */
   readonly #failed = new Map<ServicePortKey, ProxyError>();
   /** Closed listeners whose connections may still run (shutdown). */
-  readonly #draining = new Set<ServiceInfo>();
+  readonly #draining = new Set<ServicePortRuntime>();
   #snapshot: Snapshot | undefined;
   #lastFullSyncMs = Number.NEGATIVE_INFINITY;
   #needFullSync = true;
   #closed = false;
   #syncing = false;
   #portsChanged = false;
-  /** Service ports whose portal may differ from what was last programmed (the next delta's keys). */
-  readonly #portalChanges = new Set<ServicePortKey>();
   /** Descriptor exhaustion, shared by every listener (metrics read its counts). */
   readonly fdPressure: FdPressure;
   /** The cap on UDP sessions across service ports; undefined = none. */
@@ -195,39 +138,62 @@ export class Proxier {
 
   constructor(options: ProxierOptions, deps: ProxierDeps) {
     this.#options = options;
+    this.#listenHost = options.listenHost;
     this.#source = deps.source;
-    this.#allocator = deps.allocator;
-    this.#portals = deps.portals ?? noPortals;
     this.#log = deps.log;
     this.#clock = deps.clock ?? realClock;
-    this.#connect = deps.connect;
-    this.#observerFor = deps.observerFor ?? (() => noopObserver);
-    this.#preferredPorts = deps.preferredPorts ?? new Map();
     this.#onProxyPortsChanged = deps.onProxyPortsChanged;
     this.fdPressure = new FdPressure(deps.log);
     const total = options.udpMaxTotalSessions ?? 0;
     this.udpBudget = total > 0 ? new UdpSessionBudget(total) : undefined;
+    const listeners =
+      deps.listeners ??
+      relayListeners(options, {
+        log: deps.log,
+        connect: deps.connect,
+        now: () => this.#clock.now(),
+        fdPressure: this.fdPressure,
+        budget: this.udpBudget,
+        ...sweepersFor(this.#clock),
+      });
+    this.#binder = new PortBinder({
+      allocator: deps.allocator,
+      listeners,
+      preferredPorts: deps.preferredPorts ?? new Map(),
+      log: deps.log,
+      host: () => this.#listenHost,
+      bindAttempts: options.bindAttempts,
+      isFailing: (key) => this.#failed.has(key),
+    });
+    this.#claims = new NodePortClaims({ listeners, log: deps.log });
+    this.#portals = new PortalTracker(deps.portals ?? noPortals, options.claimNodePorts === true);
+    this.#runtimeDeps = {
+      binder: this.#binder,
+      outlier: options.outlier,
+      observerFor: deps.observerFor ?? (() => noopObserver),
+      log: deps.log,
+    };
   }
 
   /** Every running service port's proxy port, keyed `ns/name:port/PROTO` (the preferredPorts format). */
   proxyPorts(): Map<string, number> {
     const out = new Map<string, number>();
-    for (const [key, info] of this.#services) {
-      out.set(key, info.proxyPort);
-      if (info.local !== undefined) out.set(localProxyPortKey(key), info.local.proxyPort);
+    for (const [key, rt] of this.#services) {
+      out.set(key, rt.proxyPort);
+      if (rt.hasLocal) out.set(localProxyPortKey(key), rt.localProxyPort);
     }
     return out;
   }
 
   /** True when endpoint changes applied without a sync (0 <-> N) changed what the rules must say. */
   get portalsPending(): boolean {
-    return this.#portalChanges.size > 0;
+    return this.#portals.pending;
   }
 
   /** Service ports that are running, with their proxy ports and current endpoints. */
   status(): ServicePortStatus[] {
     const out: ServicePortStatus[] = [];
-    for (const info of this.#services.values()) out.push(statusOf(info));
+    for (const rt of this.#services.values()) out.push(rt.status());
     return out;
   }
 
@@ -237,8 +203,24 @@ export class Proxier {
   }
 
   get(key: ServicePortKey): ServicePortStatus | undefined {
-    const info = this.#services.get(key);
-    return info === undefined ? undefined : statusOf(info);
+    return this.#services.get(key)?.status();
+  }
+
+  /** NodePort claims that failed, by running service port (for /debug/services). */
+  nodePortErrors(): Map<ServicePortKey, ProxyError> {
+    const out = new Map<ServicePortKey, ProxyError>();
+    for (const key of this.#services.keys()) {
+      const err = this.#claims.error(key);
+      if (err !== undefined) out.set(key, err);
+    }
+    return out;
+  }
+
+  /** The running service ports and their proxy ports, for the portal programmer. */
+  portals(): PortalSpec[] {
+    const out: PortalSpec[] = [];
+    for (const rt of this.#services.values()) out.push(this.#portalOf(rt));
+    return out;
   }
 
   /** Forces the next sync to be a full one (e.g. rules were found missing). */
@@ -303,9 +285,9 @@ export class Proxier {
     for (const key of snapshot.changedServicePorts) {
       if (snapshot.servicePorts.has(key)) continue;
       this.#failed.delete(key);
-      const info = this.#services.get(key);
-      if (info === undefined) continue;
-      await this.#stop(info);
+      const rt = this.#services.get(key);
+      if (rt === undefined) continue;
+      await this.#stop(rt);
       closed++;
       if (yielder.due) await yielder.turn();
       if (this.#closed) return undefined;
@@ -322,46 +304,20 @@ export class Proxier {
         this.#failed.delete(key);
         continue;
       }
-      const info = this.#services.get(key);
-      if (info === undefined) toStart.push(servicePort);
-      else if (isDualStack(info.servicePort) !== isDualStack(servicePort)) {
+      const rt = this.#services.get(key);
+      if (rt === undefined) toStart.push(servicePort);
+      else if (isDualStack(rt.servicePort) !== isDualStack(servicePort)) {
         // Its balancers are per family: a service port that gains or loses a family starts anew.
-        await this.#stop(info);
+        await this.#stop(rt);
         toStart.push(servicePort);
       } else {
-        this.#update(info, servicePort, snapshot.endpoints.get(key));
-        if (needsLocalListener(servicePort) !== (info.local !== undefined))
-          await this.#reconcileLocal(info, snapshot.endpoints.get(key));
+        this.#update(rt, servicePort, snapshot.endpoints.get(key));
+        if (needsLocalListener(servicePort) !== rt.hasLocal)
+          await this.#reconcileLocal(rt, snapshot.endpoints.get(key));
       }
       if (this.#closed) return undefined;
     }
-    // Many new service ports (a cold start): their ports are allocated first and the rules written
-    // while the listeners bind (a restore of 10,000 service ports takes ~0.8 s of kernel time, binding
-    // them ~0.5 s). A listener that ends up on another port is put right by a delta below.
-    const planned = new Map<ServicePortKey, number>();
-    let early: Promise<unknown> | undefined;
-    if (toStart.length >= OVERLAP_MIN_SERVICE_PORTS && this.#portals !== noPortals) {
-      const plannedPortals = this.portals();
-      for (const sp of toStart) {
-        // A second listener is not planned: such service ports get their rules from the delta below.
-        if (needsLocalListener(sp)) continue;
-        const port = this.#planPort(sp);
-        if (port === undefined) continue;
-        planned.set(sp.key, port);
-        // Its NodePort is not held yet: no NodePort rules until it is (see portals()).
-        const unclaimed = this.#options.claimNodePorts === true && sp.nodePort !== 0;
-        plannedPortals.push({
-          servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp,
-          proxyPort: port,
-          localProxyPort: 0,
-          endpoints: portalEndpoints(snapshot.endpoints.get(sp.key)),
-        });
-      }
-      early = this.#portals.sync(plannedPortals, { full, initial }).then(
-        () => undefined,
-        (err: unknown) => err ?? new Error('portal sync failed'),
-      );
-    }
+    const { planned, early } = this.#restoreEarly(toStart, snapshot, full, initial);
     for (const [i, servicePort] of toStart.entries()) {
       if (
         await this.#start(servicePort, snapshot.endpoints.get(servicePort.key), planned.get(servicePort.key))
@@ -371,7 +327,7 @@ export class Proxier {
       if (this.#closed) {
         for (const sp of toStart.slice(i + 1)) {
           const port = planned.get(sp.key);
-          if (port !== undefined) this.#allocator.release(port);
+          if (port !== undefined) this.#binder.release(port);
         }
         await early;
         return undefined;
@@ -381,20 +337,15 @@ export class Proxier {
     this.#applyEndpoints(snapshot);
 
     const now = this.#clock.now();
-    const claimHosts = this.#options.nodePortHosts?.() ?? [this.#options.listenHost];
-    // The rules depend on service ports, their proxy ports and NodePort claims only (#portalChanges): a
-    // sync that changed none of them (an affinity change) does not touch iptables.
-    for (const info of this.#services.values()) {
-      cleanupFamilyAffinity(info.context.balancers, now);
-      if (info.local !== undefined) cleanupFamilyAffinity(info.local.context.balancers, now);
-      if (this.#options.claimNodePorts && info.servicePort.nodePort !== 0) {
-        const before = info.nodePortClaim;
-        const hosts = nodePortHostsFor(info.servicePort, claimHosts);
-        // The node's addresses changed: hold the NodePort where the rules now match.
-        if (info.nodePortClaim !== undefined && info.nodePortClaim.hosts !== hosts.join(' '))
-          await this.#releaseNodePort(info);
-        if (info.nodePortClaim === undefined) await this.#claimNodePort(info, hosts);
-        if (info.nodePortClaim !== before) this.#portalChanges.add(info.servicePort.key);
+    const claimHosts = this.#options.nodePortHosts?.() ?? [this.#listenHost];
+    // The rules depend on service ports, their proxy ports and NodePort claims only (the tracker's
+    // touched keys): a sync that changed none of them (an affinity change) does not touch iptables.
+    for (const rt of this.#services.values()) {
+      rt.cleanupAffinity(now);
+      const sp = rt.servicePort;
+      if (this.#options.claimNodePorts && sp.nodePort !== 0) {
+        if (await this.#claims.ensure(sp, rt.externalContext, nodePortHostsFor(sp, claimHosts)))
+          this.#portals.touch(sp.key);
       }
       if (yielder.due) await yielder.turn();
       if (this.#closed) return undefined;
@@ -406,7 +357,7 @@ export class Proxier {
       // What changed since the early restore (a listener on another port, a failure, NodePort claims):
       // a delta, usually empty.
       await this.#programPortals(false, initial);
-    } else if (full || this.#portalChanges.size > 0) {
+    } else if (full || this.#portals.pending) {
       await this.#programPortals(full, initial);
     }
     if (full) this.#lastFullSyncMs = started;
@@ -428,159 +379,68 @@ export class Proxier {
     return result;
   }
 
+  /**
+   * Many new service ports (a cold start): their ports are allocated first and the rules written while
+   * the listeners bind (a restore of 10,000 service ports takes ~0.8 s of kernel time, binding them
+   * ~0.5 s). A listener that ends up on another port is put right by a delta afterwards. `early`
+   * resolves to the restore's error, if any; undefined when there is no early restore.
+   */
+  #restoreEarly(
+    toStart: readonly ServicePort[],
+    snapshot: Snapshot,
+    full: boolean,
+    initial: boolean,
+  ): { planned: Map<ServicePortKey, number>; early: Promise<unknown> | undefined } {
+    const planned = new Map<ServicePortKey, number>();
+    if (toStart.length < OVERLAP_MIN_SERVICE_PORTS || !this.#portals.enabled)
+      return { planned, early: undefined };
+    const plannedPortals = this.portals();
+    for (const sp of toStart) {
+      // A second listener is not planned: such service ports get their rules from the delta.
+      if (needsLocalListener(sp)) continue;
+      const port = this.#binder.plan(sp.key);
+      if (port === undefined) continue;
+      planned.set(sp.key, port);
+      // Its NodePort is not held yet: no NodePort rules until it is (see portals()).
+      plannedPortals.push(this.#portals.plannedPortal(sp, port, snapshot.endpoints.get(sp.key)));
+    }
+    const early = this.#portals.syncAll(plannedPortals, full, initial).then(
+      () => undefined,
+      (err: unknown) => err ?? new Error('portal sync failed'),
+    );
+    return { planned, early };
+  }
+
   /** Endpoint changes go to the running service ports' balancers, in place. */
   #applyEndpoints(snapshot: Snapshot): void {
     for (const key of snapshot.changedEndpoints) {
-      const info = this.#services.get(key);
-      if (info !== undefined) this.#applyEndpointsTo(info, snapshot.endpoints.get(key));
+      const rt = this.#services.get(key);
+      if (rt !== undefined) this.#applyEndpointsTo(rt, snapshot.endpoints.get(key));
     }
   }
 
-  /**
-   * Hands a service port's listeners their lists; UDP sessions to endpoints that left are closed. When
-   * a list becomes empty or stops being empty, the rules must change (REJECT / DROP instead of NAT).
-   */
-  #applyEndpointsTo(info: ServiceInfo, eps: ServicePortEndpoints | undefined): void {
-    if (setFamilyEndpoints(info.context.balancers, primaryList(info.servicePort, eps)))
-      endpointsChanged(info.listener);
-    if (info.local !== undefined && setFamilyEndpoints(info.local.context.balancers, eps?.local ?? []))
-      endpointsChanged(info.local.listener);
-    // NodePort claims share a context with one of the two: their UDP sessions follow it.
-    for (const l of info.nodePortClaim?.listeners ?? []) endpointsChanged(l);
-    const flags = portalEndpoints(eps, info.endpoints);
-    if (flags !== info.endpoints) {
-      info.endpoints = flags;
-      info.portal = undefined;
-      this.#portalChanges.add(info.servicePort.key);
-    }
+  /** A list that becomes empty or stops being empty changes the rules (REJECT / DROP instead of NAT). */
+  #applyEndpointsTo(rt: ServicePortRuntime, eps: ServicePortEndpoints | undefined): void {
+    const flipped = rt.setEndpoints(eps);
+    // NodePort claims share a context with one of the listeners: their UDP sessions follow it.
+    this.#claims.endpointsChanged(rt.servicePort.key);
+    if (flipped) this.#portals.invalidate(rt.servicePort.key);
   }
 
-  /**
-   * Programs the rules: everything when `full`, else only the service ports in #portalChanges (a
-   * delta that does not look at the 10,000 others). On failure the runner asks for a full sync.
-   */
-  async #programPortals(full: boolean, initial: boolean): Promise<void> {
-    const update = this.#portals.update?.bind(this.#portals);
-    if (full || update === undefined) {
-      await this.#portals.sync(this.portals(), { full, initial });
-    } else {
-      const changed = new Map<ServicePortKey, PortalSpec | undefined>();
-      for (const key of this.#portalChanges) {
-        const info = this.#services.get(key);
-        changed.set(key, info === undefined ? undefined : this.#portalOf(info));
-      }
-      await update(changed, () => this.portals(), { initial });
-    }
-    this.#portalChanges.clear();
+  #programPortals(full: boolean, initial: boolean): Promise<void> {
+    return this.#portals.program(
+      full,
+      initial,
+      () => this.portals(),
+      (key) => {
+        const rt = this.#services.get(key);
+        return rt === undefined ? undefined : this.#portalOf(rt);
+      },
+    );
   }
 
-  /** The running service ports and their proxy ports, for the portal programmer. */
-  portals(): PortalSpec[] {
-    const out: PortalSpec[] = [];
-    for (const info of this.#services.values()) out.push(this.#portalOf(info));
-    return out;
-  }
-
-  /** One running service port's portal, the same object while nothing it depends on changed. */
-  #portalOf(info: ServiceInfo): PortalSpec {
-    const sp = info.servicePort;
-    // A NodePort someone else holds gets no rules: we must not hijack their traffic.
-    const unclaimed =
-      this.#options.claimNodePorts === true && sp.nodePort !== 0 && info.nodePortClaim?.port !== sp.nodePort;
-    const cached = info.portal;
-    const localProxyPort = info.local?.proxyPort ?? 0;
-    // #update and endpoint flips drop the cache; what is left is the NodePort claim and the listeners.
-    if (
-      cached !== undefined &&
-      cached.proxyPort === info.proxyPort &&
-      cached.localProxyPort === localProxyPort &&
-      unclaimed !== (cached.servicePort === sp)
-    )
-      return cached;
-    const portal: PortalSpec = {
-      servicePort: unclaimed ? { ...sp, nodePort: 0 } : sp,
-      proxyPort: info.proxyPort,
-      localProxyPort,
-      endpoints: info.endpoints,
-    };
-    info.portal = portal;
-    return portal;
-  }
-
-  /** NodePort claims that failed, by service port (for /debug/services). */
-  nodePortErrors(): Map<ServicePortKey, ProxyError> {
-    const out = new Map<ServicePortKey, ProxyError>();
-    for (const [key, info] of this.#services)
-      if (info.nodePortError !== undefined) out.set(key, info.nodePortError);
-    return out;
-  }
-
-  async #claimNodePort(info: ServiceInfo, hosts: readonly string[]): Promise<void> {
-    const port = info.servicePort.nodePort;
-    const listeners: (TcpListener | UdpListener)[] = [];
-    // NodePort traffic is external: under externalTrafficPolicy Local it is served from the local list.
-    const context =
-      info.servicePort.externalPolicyLocal && info.local !== undefined ? info.local.context : info.context;
-    // An IPv6-only service port held on `::` must not answer IPv4 (no IPv4 rule, no IPv4 endpoint).
-    const v6Only = !isDualStack(info.servicePort) && primaryFamily(info.servicePort) === 'IPv6';
-    try {
-      for (const host of hosts) {
-        const ipv6Only = v6Only && host === '::';
-        const listener = this.#createListener(context, host, ipv6Only);
-        listeners.push(listener);
-        await listener.listen(host, port, ipv6Only);
-      }
-      if (this.#closed) {
-        // Closed while these were binding: nothing is left to serve them.
-        for (const l of listeners) l.destroy();
-        return;
-      }
-      info.nodePortClaim = { port, hosts: hosts.join(' '), listeners };
-      if (info.nodePortError !== undefined)
-        this.#log.info({ service: info.servicePort.key, nodePort: port }, 'NodePort claimed');
-      info.nodePortError = undefined;
-    } catch (err) {
-      // Held on some addresses only is not held: rules for the others would hijack someone's traffic.
-      for (const l of listeners) l.destroy();
-      const error = new ProxyError(
-        'KUP_ERR_PORT_CONFLICT',
-        `NodePort ${port}/${info.servicePort.protocol} of ${info.servicePort.name} is held by another process: ${(err as Error).message}`,
-        { cause: err },
-      );
-      if (info.nodePortError?.message !== error.message) {
-        this.#log.error(
-          {
-            service: info.servicePort.key,
-            nodePort: port,
-            err: { code: error.code, message: error.message },
-          },
-          'Port conflict detected',
-        );
-      }
-      info.nodePortError = error;
-    }
-  }
-
-  async #releaseNodePort(info: ServiceInfo): Promise<void> {
-    const claim = info.nodePortClaim;
-    info.nodePortClaim = undefined;
-    info.nodePortError = undefined;
-    if (claim !== undefined) await Promise.all(claim.listeners.map((l) => l.close()));
-  }
-
-  /**
-   * Allocates the proxy port a new service port will most likely get: its preferred port while free,
-   * else the allocator's next. Undefined when the kernel chooses ports or the range is exhausted.
-   */
-  #planPort(servicePort: ServicePort): number | undefined {
-    if (this.#allocator.isKernelChosen) return undefined;
-    const preferred = this.#preferredPorts.get(servicePort.key);
-    if (preferred !== undefined && this.#allocator.allocate(preferred)) return preferred;
-    try {
-      return this.#allocator.allocateNext(new Set());
-    } catch {
-      return undefined;
-    }
+  #portalOf(rt: ServicePortRuntime): PortalSpec {
+    return this.#portals.portalOf(rt, this.#claims.heldPort(rt.servicePort.key));
   }
 
   async #start(
@@ -588,66 +448,26 @@ export class Proxier {
     endpoints: ServicePortEndpoints | undefined,
     planned?: number,
   ): Promise<boolean> {
-    const stats = newServicePortStats();
-    const observer = this.#observerFor(servicePort);
-    const context = this.#newContext(servicePort, stats, observer);
-    setFamilyEndpoints(context.balancers, primaryList(servicePort, endpoints));
+    let rt: ServicePortRuntime;
     try {
-      const { listener, port } = await this.#listen(context, servicePort.key, planned);
-      let local: PolicyListener | undefined;
-      if (needsLocalListener(servicePort)) {
-        try {
-          local = await this.#openLocal(servicePort, stats, observer, endpoints);
-        } catch (err) {
-          listener.destroy();
-          this.#allocator.release(port);
-          throw err;
-        }
-      }
-      if (this.#closed) {
-        // Closed while this one was binding: it is not ours to keep.
-        listener.destroy();
-        this.#allocator.release(port);
-        if (local !== undefined) {
-          local.listener.destroy();
-          this.#allocator.release(local.proxyPort);
-        }
-        return false;
-      }
-      this.#portalChanges.add(servicePort.key);
-      this.#services.set(servicePort.key, {
-        servicePort,
-        context,
-        listener,
-        proxyPort: port,
-        local,
-        endpoints: portalEndpoints(endpoints),
-        nodePortClaim: undefined,
-        nodePortError: undefined,
-        portal: undefined,
-      });
-      this.#portsChanged = true;
-      if (this.#failed.delete(servicePort.key))
-        this.#log.info({ service: servicePort.key, proxyPort: port }, 'Service port recovered');
-      this.#log.info(
-        {
-          service: servicePort.key,
-          proxyPort: port,
-          endpoints: familyEndpoints(context.balancers).length,
-          ...(local === undefined
-            ? {}
-            : {
-                localProxyPort: local.proxyPort,
-                localEndpoints: familyEndpoints(local.context.balancers).length,
-              }),
-        },
-        'Opened service port',
-      );
-      return true;
+      rt = await ServicePortRuntime.open(servicePort, endpoints, this.#runtimeDeps, planned);
     } catch (err) {
       this.#recordFailure(servicePort, err);
       return false;
     }
+    if (this.#closed) {
+      // Closed while this one was binding: it is not ours to keep.
+      rt.destroy();
+      rt.releasePorts();
+      return false;
+    }
+    this.#portals.invalidate(servicePort.key);
+    this.#services.set(servicePort.key, rt);
+    this.#portsChanged = true;
+    if (this.#failed.delete(servicePort.key))
+      this.#log.info({ service: servicePort.key, proxyPort: rt.proxyPort }, 'Service port recovered');
+    this.#log.info(rt.logFields(), 'Opened service port');
+    return true;
   }
 
   #recordFailure(servicePort: ServicePort, err: unknown): void {
@@ -660,38 +480,9 @@ export class Proxier {
         );
     const known = this.#failed.get(servicePort.key);
     if (known?.message !== error.message) {
-      this.#log.error(
-        { service: servicePort.key, err: { code: error.code, message: error.message } },
-        'Failed to open service port',
-      );
+      this.#log.error({ service: servicePort.key, err: error }, 'Failed to open service port');
     }
     this.#failed.set(servicePort.key, error);
-  }
-
-  /** A context for one listener of `sp`: its own balancers, the service port's counters and observer. */
-  #newContext(sp: ServicePort, stats: ServicePortStats, observer: ConnectionObserver): ServicePortContext {
-    const balancers = newFamilyBalancers(sp, this.#options.outlier);
-    return {
-      name: sp.name,
-      protocol: sp.protocol,
-      balancer: balancers[primaryFamily(sp)],
-      balancers,
-      stats,
-      observer,
-    };
-  }
-
-  /** Opens the listener of the local list (the service port's counters and observer are shared). */
-  async #openLocal(
-    sp: ServicePort,
-    stats: ServicePortStats,
-    observer: ConnectionObserver,
-    endpoints: ServicePortEndpoints | undefined,
-  ): Promise<PolicyListener> {
-    const context = this.#newContext(sp, stats, observer);
-    setFamilyEndpoints(context.balancers, endpoints?.local ?? []);
-    const { listener, port } = await this.#listen(context, localProxyPortKey(sp.key));
-    return { context, listener, proxyPort: port };
   }
 
   /**
@@ -699,161 +490,58 @@ export class Proxier {
    * stops the whole service port (its external traffic must not be spread over the cluster instead),
    * which is retried at the next sync.
    */
-  async #reconcileLocal(info: ServiceInfo, endpoints: ServicePortEndpoints | undefined): Promise<void> {
-    const sp = info.servicePort;
+  async #reconcileLocal(rt: ServicePortRuntime, endpoints: ServicePortEndpoints | undefined): Promise<void> {
+    const sp = rt.servicePort;
     // NodePort claims serve with the external context, which changes with the local listener.
-    await this.#releaseNodePort(info);
-    info.portal = undefined;
-    this.#portalChanges.add(sp.key);
+    await this.#claims.release(sp.key);
+    this.#portals.invalidate(sp.key);
     this.#portsChanged = true;
-    const before = info.local;
-    if (before !== undefined) {
-      info.local = undefined;
-      await before.listener.close();
-      this.#allocator.release(before.proxyPort);
-      this.#log.info({ service: sp.key, localProxyPort: before.proxyPort }, 'Closed local service port');
+    if (rt.hasLocal) {
+      await rt.closeLocal();
       return;
     }
     try {
-      const local = await this.#openLocal(sp, info.context.stats, info.context.observer, endpoints);
+      await rt.openLocal(endpoints);
       if (this.#closed) {
-        local.listener.destroy();
-        this.#allocator.release(local.proxyPort);
+        rt.discardLocal();
         return;
       }
-      info.local = local;
-      this.#log.info({ service: sp.key, localProxyPort: info.local.proxyPort }, 'Opened local service port');
+      this.#log.info({ service: sp.key, localProxyPort: rt.localProxyPort }, 'Opened local service port');
     } catch (err) {
-      await this.#stop(info);
+      await this.#stop(rt);
       this.#recordFailure(sp, err);
     }
   }
 
-  /** A new listener bound on `port`; on failure the port goes back to the allocator and the error is thrown. */
-  async #bind(context: ServicePortContext, port: number): Promise<TcpListener | UdpListener> {
-    const listener = this.#createListener(context);
-    try {
-      await listener.listen(this.#options.listenHost, port);
-      return listener;
-    } catch (err) {
-      this.#allocator.release(port);
-      listener.destroy();
-      throw err;
-    }
-  }
-
-  /**
-   * Binds a proxy port: `planned` (already allocated) when given, else the preferred port, else one
-   * from the allocator; a port someone else holds is skipped and another tried.
-   */
-  async #listen(
-    context: ServicePortContext,
-    preferredKey: string,
-    planned?: number,
-  ): Promise<{ listener: TcpListener | UdpListener; port: number }> {
-    const attempts = this.#allocator.isKernelChosen ? 1 : (this.#options.bindAttempts ?? 16);
-    const busy = new Set<number>();
-    let lastError: unknown;
-    // The port a previous process used for this service port, while it is free: its rules stay valid.
-    const preferred = planned ?? this.#preferredPorts.get(preferredKey);
-    if (
-      preferred !== undefined &&
-      (planned !== undefined || this.#allocator.isKernelChosen || this.#allocator.allocate(preferred))
-    ) {
-      try {
-        const listener = await this.#bind(context, preferred);
-        return { listener, port: listener.port };
-      } catch (err) {
-        busy.add(preferred);
-        lastError = err;
-      }
-    }
-    for (let i = 0; i < attempts; i++) {
-      let port: number;
-      try {
-        port = this.#allocator.allocateNext(busy);
-      } catch (err) {
-        if (busy.size === 0) throw err;
-        break; // every free port of the range is held by someone else
-      }
-      try {
-        const listener = await this.#bind(context, port);
-        return { listener, port: listener.port };
-      } catch (err) {
-        lastError = err;
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code !== 'EADDRINUSE' || port === 0) break;
-        busy.add(port);
-        // Once per failure, not on every retry: the failure itself is logged once (#start).
-        if (!this.#failed.has(servicePortKey(context.name, context.protocol)))
-          this.#log.warn(
-            { service: preferredKey, port },
-            'Proxy port in use by another process, trying another',
-          );
-      }
-    }
-    const held = busy.size > 0 ? ` (ports held by other processes: ${[...busy].join(', ')})` : '';
-    throw new ProxyError(
-      'KUP_ERR_LISTEN',
-      `cannot listen for ${preferredKey}: ${(lastError as Error).message}${held}`,
-      {
-        cause: lastError,
-      },
-    );
-  }
-
-  #createListener(
-    context: ServicePortContext,
-    host = this.#options.listenHost,
-    ipv6Only = false,
-  ): TcpListener | UdpListener {
-    const deps = {
-      log: this.#log,
-      connect: this.#connect,
-      now: () => this.#clock.now(),
-      fdPressure: this.fdPressure,
-      budget: this.udpBudget,
-    };
-    if (context.protocol === 'TCP') return new TcpListener(context, this.#options.tcp, deps);
-    return new UdpListener(context, this.#options.udp, deps, host.includes(':') ? 'udp6' : 'udp4', ipv6Only);
-  }
-
-  #update(info: ServiceInfo, servicePort: ServicePort, endpoints: ServicePortEndpoints | undefined): void {
-    const before = info.servicePort;
-    info.servicePort = servicePort;
-    info.portal = undefined;
-    this.#portalChanges.add(servicePort.key);
-    setFamilyAffinity(info.context.balancers, servicePort);
-    if (info.local !== undefined) setFamilyAffinity(info.local.context.balancers, servicePort);
-    if (before.trace !== servicePort.trace) {
-      info.context.observer = this.#observerFor(servicePort);
-      if (info.local !== undefined) info.local.context.observer = info.context.observer;
-    }
-    // A policy change moves the primary listener between the lists.
-    this.#applyEndpointsTo(info, endpoints);
-    // A claim serves with the external context, which follows externalTrafficPolicy: re-claimed below.
+  #update(
+    rt: ServicePortRuntime,
+    servicePort: ServicePort,
+    endpoints: ServicePortEndpoints | undefined,
+  ): void {
+    const before = rt.servicePort;
+    const key = servicePort.key;
+    rt.update(servicePort, endpoints);
+    this.#claims.endpointsChanged(key);
+    this.#portals.invalidate(key);
+    // A claim serves with the external context, which follows externalTrafficPolicy: re-claimed later.
     if (
       (before.nodePort !== servicePort.nodePort ||
         before.externalPolicyLocal !== servicePort.externalPolicyLocal) &&
-      info.nodePortClaim !== undefined
+      this.#claims.heldPort(key) !== undefined
     )
-      void this.#releaseNodePort(info);
-    if (!samePortals(before, servicePort))
-      this.#log.info({ service: servicePort.key }, 'Service port changed');
+      void this.#claims.release(key);
+    if (!samePortals(before, servicePort)) this.#log.info({ service: key }, 'Service port changed');
   }
 
-  async #stop(info: ServiceInfo): Promise<void> {
-    this.#services.delete(info.servicePort.key);
-    this.#portalChanges.add(info.servicePort.key);
+  async #stop(rt: ServicePortRuntime): Promise<void> {
+    const key = rt.servicePort.key;
+    this.#services.delete(key);
+    this.#portals.invalidate(key);
     this.#portsChanged = true;
-    await info.listener.close();
-    await this.#releaseNodePort(info);
-    this.#allocator.release(info.proxyPort);
-    if (info.local !== undefined) {
-      await info.local.listener.close();
-      this.#allocator.release(info.local.proxyPort);
-    }
-    this.#log.info({ service: info.servicePort.key, proxyPort: info.proxyPort }, 'Closed service port');
+    await rt.listener.close();
+    await this.#claims.release(key);
+    await rt.close();
+    this.#log.info({ service: key, proxyPort: rt.proxyPort }, 'Closed service port');
   }
 
   /** Stops accepting everywhere; established TCP connections may finish (see destroy()). */
@@ -861,45 +549,41 @@ export class Proxier {
     this.#closed = true;
     const all = [...this.#services.values()];
     this.#services.clear();
-    for (const info of all) this.#draining.add(info);
-    await Promise.all(
-      all.map(async (info) => {
-        await info.listener.close();
-        await info.local?.listener.close();
-        await Promise.all(info.nodePortClaim?.listeners.map((l) => l.close()) ?? []);
-        this.#allocator.release(info.proxyPort);
-        if (info.local !== undefined) this.#allocator.release(info.local.proxyPort);
-      }),
-    );
+    for (const rt of all) this.#draining.add(rt);
+    await Promise.all([this.#claims.close(), ...all.map((rt) => rt.close())]);
+  }
+
+  /**
+   * After close(): resolves once no connection is left on the closed listeners (the signal a shutdown
+   * waits for, bounded by its grace period).
+   */
+  async drained(): Promise<void> {
+    await Promise.all([this.#claims.drained(), ...[...this.#draining].map((rt) => rt.drained())]);
   }
 
   /** Stops accepting and tears down every connection now. */
   destroy(): void {
     this.#closed = true;
-    for (const info of this.#services.values()) {
-      this.#draining.add(info);
-      this.#allocator.release(info.proxyPort);
-      if (info.local !== undefined) this.#allocator.release(info.local.proxyPort);
+    for (const rt of this.#services.values()) {
+      this.#draining.add(rt);
+      rt.releasePorts();
     }
     this.#services.clear();
-    for (const info of this.#draining) {
-      info.listener.destroy();
-      info.local?.listener.destroy();
-      for (const l of info.nodePortClaim?.listeners ?? []) l.destroy();
-    }
+    for (const rt of this.#draining) rt.destroy();
+    this.#claims.destroy();
     this.#draining.clear();
   }
 
   /** Where listeners bind; only before the first sync (e.g. `0.0.0.0` when IPv6 is unavailable). */
   setListenHost(host: string): void {
-    this.#options = { ...this.#options, listenHost: host };
+    this.#listenHost = host;
   }
 
   /** Active TCP connections and UDP sessions across all service ports. */
   activeConnections(): number {
     let n = 0;
-    for (const info of this.#services.values()) n += info.context.stats.active;
-    for (const info of this.#draining) n += info.context.stats.active;
+    for (const rt of this.#services.values()) n += rt.context.stats.active;
+    for (const rt of this.#draining) n += rt.context.stats.active;
     return n;
   }
 
@@ -909,40 +593,12 @@ export class Proxier {
   }
 }
 
-function statusOf(info: ServiceInfo): ServicePortStatus {
-  return {
-    servicePort: info.servicePort,
-    proxyPort: info.proxyPort,
-    endpoints: familyEndpoints(info.context.balancers),
-    context: info.context,
-    localProxyPort: info.local?.proxyPort ?? 0,
-    localEndpoints: info.local === undefined ? [] : familyEndpoints(info.local.context.balancers),
-    portalEndpoints: info.endpoints,
-  };
-}
-
-/** The list the primary listener serves: the cluster-wide one, or the local one when it is the only one used. */
-function primaryList(sp: ServicePort, eps: ServicePortEndpoints | undefined): readonly Endpoint[] {
-  if (eps === undefined) return [];
-  return usesClusterEndpoints(sp) ? eps.cluster : eps.local;
-}
-
-/** UDP sessions to endpoints that left the list are closed: the client's next datagram picks again. */
-function endpointsChanged(listener: TcpListener | UdpListener): void {
-  listener.endpointsChanged();
-}
-
 /**
- * Where a service port's NodePort is held: `hosts`, except that a single-stack service port is not
- * held on the other family (a wildcard `::` listener would answer an IPv4-only service over IPv6).
+ * The sweepers of the listeners: the process's one timer with the real clock; with an injected clock
+ * (tests), one of their own that the clock drives.
  */
-export function nodePortHostsFor(sp: ServicePort, hosts: readonly string[]): string[] {
-  if (isDualStack(sp)) return [...hosts];
-  const v6 = primaryFamily(sp) === 'IPv6';
-  const out: string[] = [];
-  for (const host of hosts) {
-    if (host === '::' && !v6) out.push('0.0.0.0');
-    else if (host === '::' || host.includes(':') === v6) out.push(host);
-  }
-  return out;
+function sweepersFor(clock: Clock): { sweeper?: Sweeper; keepAlive?: KeepAliveSweeper } {
+  if (clock === realClock) return {};
+  const sweeper = new Sweeper(undefined, clock);
+  return { sweeper, keepAlive: new KeepAliveSweeper(undefined, sweeper) };
 }

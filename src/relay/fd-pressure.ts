@@ -15,7 +15,7 @@ export type FdPressureOptions = {
   logIntervalMs: number;
 };
 
-export const DEFAULT_FD_PRESSURE_OPTIONS: FdPressureOptions = {
+const DEFAULT_FD_PRESSURE_OPTIONS: FdPressureOptions = {
   baseBackoffMs: 100,
   maxBackoffMs: 1000,
   logIntervalMs: 5000,

@@ -1,10 +1,13 @@
 // TCP keep-alive for the connections that live. Enabling it costs four setsockopt calls per socket,
 // eight per proxied connection, about a tenth of a short connection's cost, and a connection that ends
-// within seconds never sends a probe. So one process-wide timer turns it on, on both sockets, for every
-// connection that has been open for a sweep interval; the probes then start after the usual idle delay.
+// within seconds never sends a probe. So a sweep of the process's sweeper turns it on, on both sockets,
+// for every connection that has been open for a sweep interval; the probes then start after the usual
+// idle delay.
 import type net from 'node:net';
+import type { Sweepable } from './sweeper.ts';
+import { processSweeper, type Sweeper } from './sweeper.ts';
 
-/** What the sweeper needs to know of one proxied connection. */
+/** What the sweep needs to know of one proxied connection. */
 export interface KeepAliveCandidate {
   /** Both sockets, once connected; undefined while dialling or after the end. */
   keepAliveSockets(): readonly [net.Socket, net.Socket] | undefined;
@@ -20,17 +23,17 @@ export interface KeepAliveSource {
   readonly closed: boolean;
 }
 
-export const KEEPALIVE_SWEEP_MS = 10_000;
+const KEEPALIVE_SWEEP_MS = 10_000;
 
-export class KeepAliveSweeper {
+/** The listeners whose connections get keep-alive; swept by a Sweeper every `intervalMs`. */
+export class KeepAliveSweeper implements Sweepable {
   readonly #sources = new Set<KeepAliveSource>();
   readonly #intervalMs: number;
-  readonly #now: () => number;
-  #timer: NodeJS.Timeout | undefined;
+  readonly #sweeper: Sweeper;
 
-  constructor(intervalMs = KEEPALIVE_SWEEP_MS, now: () => number = Date.now) {
+  constructor(intervalMs = KEEPALIVE_SWEEP_MS, sweeper: Sweeper = processSweeper) {
     this.#intervalMs = intervalMs;
-    this.#now = now;
+    this.#sweeper = sweeper;
   }
 
   /** Listeners swept (a closed one stays until its last connection ended). */
@@ -40,15 +43,15 @@ export class KeepAliveSweeper {
 
   add(source: KeepAliveSource): void {
     this.#sources.add(source);
-    if (this.#timer === undefined) {
-      this.#timer = setInterval(() => this.sweep(), this.#intervalMs);
-      this.#timer.unref();
-    }
+    this.#sweeper.add(this, this.#intervalMs);
   }
 
-  /** Turns keep-alive on for every connection open for at least one interval. */
-  sweep(): void {
-    const before = this.#now() - this.#intervalMs;
+  /**
+   * Turns keep-alive on for every connection open for at least one interval at `nowMs`. Returns false
+   * (and leaves the sweeper) once no listener is left.
+   */
+  sweep(nowMs: number): boolean {
+    const before = nowMs - this.#intervalMs;
     for (const source of this.#sources) {
       if (source.closed && source.connections.size === 0) {
         this.#sources.delete(source);
@@ -62,12 +65,11 @@ export class KeepAliveSweeper {
         for (const s of sockets) if (!s.destroyed) s.setKeepAlive(true, source.keepAliveDelayMs);
       }
     }
-    if (this.#sources.size === 0 && this.#timer !== undefined) {
-      clearInterval(this.#timer);
-      this.#timer = undefined;
-    }
+    if (this.#sources.size > 0) return true;
+    this.#sweeper.delete(this);
+    return false;
   }
 }
 
-/** The process's sweeper, for listeners not given one. */
+/** The process's keep-alive sweep, for listeners not given one. */
 export const defaultKeepAliveSweeper = new KeepAliveSweeper();

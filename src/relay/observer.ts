@@ -2,23 +2,7 @@
 // first bytes while a sniffer wants them; `noopObserver` is used when tracing is off.
 import type { Endpoint } from '../state/endpoint.ts';
 import type { ServicePortName } from '../state/service-port.ts';
-
-/** Why a connection or session ended, decided once. */
-export type CloseReason =
-  | 'client-fin'
-  | 'endpoint-fin'
-  | 'client-reset'
-  | 'endpoint-reset'
-  | 'error'
-  | 'idle-timeout'
-  | 'half-close-timeout'
-  | 'no-endpoints'
-  | 'connect-failed'
-  | 'service-removed'
-  | 'evicted'
-  /** A UDP session whose endpoint left the service port's endpoints (closed so the next datagram picks again). */
-  | 'endpoint-removed'
-  | 'shutdown';
+import type { CloseReason } from './close-reason.ts';
 
 export type ConnectAttempt = { endpoint: string; error: string };
 
@@ -64,34 +48,3 @@ export const noopObserver: ConnectionObserver = {
   closed() {},
   wantsData: false,
 };
-
-let nextId = 1;
-/** Process-wide connection ids, increasing. */
-export function nextConnectionId(): number {
-  return nextId++;
-}
-
-/** Maps a socket error to a short reason for connect-failure counters. */
-export function connectErrorReason(err: NodeJS.ErrnoException | undefined): string {
-  switch (err?.code) {
-    case 'ECONNREFUSED':
-      return 'refused';
-    case 'ETIMEDOUT':
-    case 'KUP_CONNECT_TIMEOUT':
-      return 'timeout';
-    case 'EHOSTUNREACH':
-    case 'ENETUNREACH':
-      return 'unreachable';
-    case 'EMFILE':
-    case 'ENFILE':
-      return 'fd-exhausted';
-    default:
-      return 'error';
-  }
-}
-
-/** `::ffff:10.0.0.1` (an IPv4 client on a dual-stack socket) → `10.0.0.1`. */
-export function normalizeAddress(address: string | undefined): string {
-  if (address === undefined) return '';
-  return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
-}

@@ -2,7 +2,7 @@
 // client's family (updated in place by the proxier), counters (plain fields, read by metrics on scrape)
 // and the observer.
 import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
-import type { IPFamily, ServicePortName } from '../state/service-port.ts';
+import type { ServicePortName } from '../state/service-port.ts';
 import type { ConnectionObserver } from './observer.ts';
 
 export type ServicePortStats = {
@@ -22,7 +22,6 @@ export type ServicePortStats = {
   udpSessionsEvicted: number;
   /** UDP sessions closed because their endpoint left the balancer (the next datagram picks again). */
   udpSessionsEndpointRemoved: number;
-  udpDatagramsDropped: number;
   /** Endpoints ejected by passive outlier detection. */
   ejections: number;
   /**
@@ -44,7 +43,6 @@ export function newServicePortStats(): ServicePortStats {
     picks: new Map(),
     udpSessionsEvicted: 0,
     udpSessionsEndpointRemoved: 0,
-    udpDatagramsDropped: 0,
     ejections: 0,
     rejected: {},
   };
@@ -70,14 +68,6 @@ export type ServicePortContext = {
 /** Counts one rejected connection or session under `reason`. */
 export function countRejected(stats: ServicePortStats, reason: string): void {
   stats.rejected[reason] = (stats.rejected[reason] ?? 0) + 1;
-}
-
-/**
- * The family of a client address as the relays normalise it (`::ffff:a.b.c.d` already cut to
- * `a.b.c.d`): one character scan, no allocation.
- */
-export function clientFamily(address: string): IPFamily {
-  return address.includes(':') ? 'IPv6' : 'IPv4';
 }
 
 export function countPick(stats: ServicePortStats, key: string): void {

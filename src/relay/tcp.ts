@@ -5,6 +5,10 @@ import net from 'node:net';
 import type { Logger } from '../lib/log.ts';
 import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { Endpoint } from '../state/endpoint.ts';
+import { clientFamily, normalizeAddress } from './address.ts';
+import type { CloseReason } from './close-reason.ts';
+import { nextConnectionId } from './connection-id.ts';
+import { endpointFailed } from './endpoint-failure.ts';
 import { FdPressure, isFdExhausted } from './fd-pressure.ts';
 import {
   defaultKeepAliveSweeper,
@@ -12,10 +16,11 @@ import {
   type KeepAliveSource,
   type KeepAliveSweeper,
 } from './keepalive.ts';
-import type { CloseReason, ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
-import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
+import type { ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
+import { noopObserver } from './observer.ts';
+import { observerFailed } from './observer-failure.ts';
 import type { ServicePortContext } from './service-context.ts';
-import { clientFamily, countPick, countRejected } from './service-context.ts';
+import { countPick, countRejected } from './service-context.ts';
 
 /** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
 export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
@@ -77,7 +82,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
   readonly id = nextConnectionId();
   readonly listener: TcpListener;
   readonly context: ServicePortContext;
-  readonly observer: ConnectionObserver;
+  /** Becomes noopObserver when its `opened` threw. */
+  observer: ConnectionObserver;
   /** The balancer of the client's family, for everything about this connection. */
   readonly balancer: RoundRobinBalancer;
   readonly client: ConnSocket;
@@ -194,44 +200,19 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
   connectFailed(err: NodeJS.ErrnoException): void {
     const upstream = this.upstream!;
     const endpoint = this.endpoint!;
-    const reason = connectErrorReason(err);
-    const stats = this.context.stats;
-    const balancer = this.balancer;
-    stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
-    this.failedAttempts.push({ endpoint: endpoint.key, error: err.code ?? err.message });
-    if (isFdExhausted(err)) {
-      // Our shortage, not the endpoint's: no ejection, no affinity reset, and no other endpoint would
-      // do better. Closing the client gives its descriptor back at once.
-      upstream[kConn] = undefined;
-      upstream.destroy();
-      this.upstream = undefined;
-      this.upstreamClosed = true;
-      this.endpoint = undefined;
-      this.listener.fdPressure.exhausted('connect', this.listener.now(), err);
-      stats.connectFailed++;
-      this.finish('connect-failed');
-      this.client.destroy();
-      return;
-    }
-    balancer.resetAffinity(this.clientAddress, endpoint);
-    const ejection = balancer.reportFailure(endpoint, this.listener.now());
-    if (ejection !== undefined) {
-      stats.ejections++;
-      this.listener.log.warn(
-        {
-          service: this.context.name,
-          endpoint: endpoint.key,
-          forMs: ejection.untilMs - this.listener.now(),
-          ejections: ejection.ejections,
-        },
-        'Endpoint ejected after consecutive connect failures',
-      );
-    }
+    const reason = endpointFailed(this, endpoint, err, this.listener, 'connect', this.listener.now());
     upstream[kConn] = undefined;
     upstream.destroy();
     this.upstream = undefined;
     this.upstreamClosed = true;
     this.endpoint = undefined;
+    if (reason === 'fd-exhausted') {
+      // No other endpoint would do better; closing the client gives its descriptor back at once.
+      this.context.stats.connectFailed++;
+      this.finish('connect-failed');
+      this.client.destroy();
+      return;
+    }
     const log = this.listener.log;
     if (log.isLevelEnabled('debug')) {
       log.debug(
@@ -272,8 +253,14 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
     client.on('drain', onClientDrain);
     upstream.on('drain', onUpstreamDrain);
     const observer = this.observer;
-    observer.opened(this);
-    this.sniffing = observer.wantsData;
+    try {
+      observer.opened(this);
+      this.sniffing = observer.wantsData;
+    } catch (err) {
+      // It saw no complete opening: it is not told of the close either.
+      this.observer = noopObserver;
+      observerFailed(this.context, observer, this.listener.log, err, 'opened');
+    }
     // Accepted paused (pauseOnConnect): the client's bytes flow from now on.
     client.resume();
   }
@@ -313,11 +300,36 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
     const stats = this.context.stats;
     stats.active--;
     this.listener.connections.delete(this);
+    if (this.listener.connections.size === 0) this.listener.lastConnectionEnded();
     if (wasOpen) {
       stats.bytesFromClients += this.client.bytesRead;
       stats.bytesToClients += this.client.bytesWritten;
     }
-    this.observer.closed(this);
+    try {
+      this.observer.closed(this);
+    } catch (err) {
+      observerFailed(this.context, this.observer, this.listener.log, err, 'closed');
+    }
+  }
+
+  /** Feeds the observer a chunk from the client; returns whether it wants more (false once it threw). */
+  sniffClient(chunk: Buffer): boolean {
+    try {
+      return this.observer.clientData?.(this, chunk) ?? false;
+    } catch (err) {
+      observerFailed(this.context, this.observer, this.listener.log, err, 'clientData');
+      return false;
+    }
+  }
+
+  /** As sniffClient, for a chunk from the endpoint. */
+  sniffEndpoint(chunk: Buffer): boolean {
+    try {
+      return this.observer.endpointData?.(this, chunk) ?? false;
+    } catch (err) {
+      observerFailed(this.context, this.observer, this.listener.log, err, 'endpointData');
+      return false;
+    }
   }
 }
 
@@ -434,7 +446,7 @@ function onClientData(this: net.Socket, chunk: Buffer): void {
   const upstream = conn?.upstream;
   if (upstream === undefined) return;
   const flowing = upstream.write(chunk);
-  if (conn!.sniffing) conn!.sniffing = conn!.observer.clientData?.(conn!, chunk) ?? false;
+  if (conn!.sniffing) conn!.sniffing = conn!.sniffClient(chunk);
   if (!flowing) this.pause();
 }
 
@@ -442,7 +454,7 @@ function onUpstreamData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
   if (conn === undefined || conn.upstream !== this) return;
   const flowing = conn.client.write(chunk);
-  if (conn.sniffing) conn.sniffing = conn.observer.endpointData?.(conn, chunk) ?? false;
+  if (conn.sniffing) conn.sniffing = conn.sniffEndpoint(chunk);
   if (!flowing) this.pause();
 }
 
@@ -464,6 +476,8 @@ export class TcpListener implements KeepAliveSource {
   readonly now: () => number;
   readonly fdPressure: FdPressure;
   readonly connections = new Set<TcpConnection>();
+  /** Waiters for the last connection to end (drained()); undefined while nobody waits. */
+  #drained: PromiseWithResolvers<void> | undefined;
   /** Swapped by the proxier when the service port changes; read once per connection. */
   context: ServicePortContext;
   #port = 0;
@@ -590,6 +604,20 @@ export class TcpListener implements KeepAliveSource {
     // The listening socket closes now; server.close()'s callback would also wait for every connection.
     this.server.close();
     return Promise.resolve();
+  }
+
+  /** Resolves once no connection is left (after close(): when the last established one has ended). */
+  drained(): Promise<void> {
+    if (this.connections.size === 0) return Promise.resolve();
+    this.#drained ??= Promise.withResolvers<void>();
+    return this.#drained.promise;
+  }
+
+  /** Called by a connection that leaves an empty set behind. */
+  lastConnectionEnded(): void {
+    const drained = this.#drained;
+    this.#drained = undefined;
+    drained?.resolve();
   }
 
   /** Stops accepting and tears down every connection now. */

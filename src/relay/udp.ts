@@ -8,13 +8,18 @@ import type { Logger } from '../lib/log.ts';
 import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { Endpoint, EndpointKey } from '../state/endpoint.ts';
 import type { IPFamily } from '../state/service-port.ts';
-import { FdPressure, isFdExhausted } from './fd-pressure.ts';
-import type { CloseReason, ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
-import { connectErrorReason, nextConnectionId, normalizeAddress } from './observer.ts';
+import { clientFamily, normalizeAddress } from './address.ts';
+import type { CloseReason } from './close-reason.ts';
+import { nextConnectionId } from './connection-id.ts';
+import { endpointFailed } from './endpoint-failure.ts';
+import { FdPressure } from './fd-pressure.ts';
+import type { ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
+import { noopObserver } from './observer.ts';
+import { observerFailed } from './observer-failure.ts';
 import type { ServicePortContext } from './service-context.ts';
-import { clientFamily, countPick, countRejected } from './service-context.ts';
+import { countPick, countRejected } from './service-context.ts';
 import type { Sweepable, Sweeper } from './sweeper.ts';
-import { sessionSweeper } from './sweeper.ts';
+import { processSweeper } from './sweeper.ts';
 
 export type UdpRelayOptions = {
   /** Session idle timeout (--udp-timeout), reset by traffic both ways. */
@@ -36,6 +41,7 @@ export const DEFAULT_UDP_OPTIONS: UdpRelayOptions = {
 
 export type UdpRelayDeps = {
   log: Logger;
+  /** Expires idle sessions (default: the process's sweeper). */
   sweeper?: Sweeper;
   now?: () => number;
   /** The cap across every UDP service port of the process; none when absent. */
@@ -56,7 +62,10 @@ class UdpSession implements ConnectionInfo {
   readonly key: string;
   readonly listener: UdpListener;
   readonly context: ServicePortContext;
-  readonly observer: ConnectionObserver;
+  /** Becomes noopObserver when its `opened` threw. */
+  observer: ConnectionObserver;
+  /** The observer wants the datagrams (false from the start without tracing, or once it threw). */
+  sniffing: boolean;
   readonly clientAddress: string;
   /** The address as the service socket saw it (`::ffff:` form on a dual-stack socket): replies go there. */
   readonly replyAddress: string;
@@ -94,6 +103,7 @@ class UdpSession implements ConnectionInfo {
     this.context = listener.context;
     // Fixed for the session's life: a tracing change of the service port applies to new sessions.
     this.observer = listener.context.observer;
+    this.sniffing = this.observer.wantsData;
     this.key = key;
     this.clientAddress = clientAddress;
     this.replyAddress = address;
@@ -123,8 +133,8 @@ class UdpSession implements ConnectionInfo {
   send(msg: Buffer): void {
     this.bytesFromClient += msg.length;
     if (this.queue !== null) {
+      // Past maxQueued the datagram is dropped, as a full socket buffer would.
       if (this.queue.length < this.listener.options.maxQueued) this.queue.push(msg);
-      else this.context.stats.udpDatagramsDropped++;
       return;
     }
     this.upstream.send(msg);
@@ -143,7 +153,28 @@ class UdpSession implements ConnectionInfo {
     stats.active--;
     stats.bytesFromClients += this.bytesFromClient;
     stats.bytesToClients += this.bytesToClient;
-    this.observer.closed(this);
+    try {
+      this.observer.closed(this);
+    } catch (err) {
+      observerFailed(this.context, this.observer, this.listener.log, err, 'closed');
+    }
+  }
+
+  /** Feeds the observer a datagram (UDP sessions keep feeding while `sniffing`, whatever it returns). */
+  sniff(msg: Buffer, fromClient: boolean): void {
+    try {
+      if (fromClient) this.observer.clientData?.(this, msg);
+      else this.observer.endpointData?.(this, msg);
+    } catch (err) {
+      this.sniffing = false;
+      observerFailed(
+        this.context,
+        this.observer,
+        this.listener.log,
+        err,
+        fromClient ? 'clientData' : 'endpointData',
+      );
+    }
   }
 }
 
@@ -165,8 +196,7 @@ function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
   session.bytesToClient += msg.length;
   listener.socket.send(msg, session.clientPort, session.replyAddress);
   // After the send, as the TCP relay does: tracing never delays a reply.
-  const observer = session.observer;
-  if (observer.wantsData) observer.endpointData?.(session, msg);
+  if (session.sniffing) session.sniff(msg, false);
 }
 
 function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void {
@@ -174,32 +204,9 @@ function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void 
   if (session === undefined || session.closed) return;
   // ICMP port unreachable surfaces as ECONNREFUSED on a connected socket: the endpoint is gone. Drop
   // the session and the client's affinity, so its next datagram picks again (legacy kept sending).
-  const reason = connectErrorReason(err);
-  const { stats } = session.context;
-  const balancer = session.balancer;
-  stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
-  session.failedAttempts.push({ endpoint: session.endpoint.key, error: err.code ?? err.message });
-  if (isFdExhausted(err)) {
-    // No socket for the session: our shortage, not the endpoint's (no ejection, affinity kept).
-    session.listener.fdPressure.exhausted('udp-session', session.listener.now(), err);
-    session.close('error');
-    return;
-  }
-  balancer.resetAffinity(session.clientAddress, session.endpoint);
-  const now = session.listener.now();
-  const ejection = balancer.reportFailure(session.endpoint, now);
-  if (ejection !== undefined) {
-    stats.ejections++;
-    session.listener.log.warn(
-      {
-        service: session.context.name,
-        endpoint: session.endpoint.key,
-        forMs: ejection.untilMs - now,
-        ejections: ejection.ejections,
-      },
-      'Endpoint ejected after consecutive failures',
-    );
-  }
+  // Without a socket for the session (fd-exhausted) it is our shortage: the session just closes.
+  const listener = session.listener;
+  const reason = endpointFailed(session, session.endpoint, err, listener, 'udp-session', listener.now());
   session.close(reason === 'refused' ? 'endpoint-reset' : 'error');
 }
 
@@ -280,7 +287,7 @@ export class UdpListener implements Sweepable {
     this.options = options;
     this.log = deps.log;
     this.now = deps.now ?? Date.now;
-    this.#sweeper = deps.sweeper ?? sessionSweeper;
+    this.#sweeper = deps.sweeper ?? processSweeper;
     this.budget = deps.budget;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
     this.socket = dgram.createSocket({ type, reuseAddr: false, ipv6Only });
@@ -323,8 +330,7 @@ export class UdpListener implements Sweepable {
     }
     session.lastActivityMs = now;
     session.send(msg);
-    const observer = session.observer;
-    if (observer.wantsData) observer.clientData?.(session, msg);
+    if (session.sniffing) session.sniff(msg, true);
   }
 
   #open(key: string, rinfo: dgram.RemoteInfo, now: number): UdpSession | undefined {
@@ -337,12 +343,10 @@ export class UdpListener implements Sweepable {
       // Counted, never logged: a client retrying at its own pace must not flood the log. Userspace
       // cannot send the ICMP port unreachable kube-proxy's REJECT would (that needs a raw socket).
       context.stats.noEndpoints++;
-      context.stats.udpDatagramsDropped++;
       return undefined;
     }
     if (this.fdPressure.shedding(now)) {
       countRejected(context.stats, 'fd-exhausted');
-      context.stats.udpDatagramsDropped++;
       return undefined;
     }
     if (this.sessions.size >= this.options.maxSessions) this.#evictIdlest(now);
@@ -364,7 +368,15 @@ export class UdpListener implements Sweepable {
     context.stats.accepted++;
     context.stats.active++;
     if (this.sessions.size === 1) this.#sweeper.add(this);
-    session.observer.opened(session);
+    const observer = session.observer;
+    try {
+      observer.opened(session);
+    } catch (err) {
+      // It saw no complete opening: it is not told of the close either.
+      session.observer = noopObserver;
+      session.sniffing = false;
+      observerFailed(context, observer, this.log, err, 'opened');
+    }
     return session;
   }
 
@@ -417,6 +429,11 @@ export class UdpListener implements Sweepable {
   }
 
   /** Closes the service socket; sessions are broken (as kube-proxy) and reported as service-removed. */
+  /** Resolves at once: close() ends every session with the socket (UDP has nothing to finish). */
+  drained(): Promise<void> {
+    return Promise.resolve();
+  }
+
   close(reason: CloseReason = 'service-removed'): Promise<void> {
     if (this.#closed) return Promise.resolve();
     this.#closed = true;

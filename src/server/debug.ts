@@ -1,8 +1,10 @@
 // /debug/services: one JSON object per running service port (the contract in DESIGN.md), plus the
 // service ports that should run but could not be opened. Pure: builds the body from proxier status.
 import type { ProxyError } from '../lib/errors.ts';
-import type { ServicePortStatus } from '../proxier/proxier.ts';
+import type { Proxier, ServicePortStatus } from '../proxier/proxier.ts';
 import { parseServicePortKey, type ServicePortKey } from '../state/service-port.ts';
+import type { Route } from './http.ts';
+import { sendJSON } from './http.ts';
 
 export type DebugServicePort = {
   service: string;
@@ -35,7 +37,17 @@ export type DebugServicePort = {
   error?: { code: string; message: string };
 };
 
-export function debugServices(
+/** The metrics server's /debug/services. */
+export function debugRoutes(proxier: () => Proxier): Record<string, Route> {
+  return {
+    '/debug/services': (_req, res) => {
+      const p = proxier();
+      sendJSON(res, 200, debugServices(p.status(), p.failures(), p.nodePortErrors()));
+    },
+  };
+}
+
+function debugServices(
   running: readonly ServicePortStatus[],
   failures: ReadonlyMap<ServicePortKey, ProxyError> = new Map(),
   nodePortErrors: ReadonlyMap<ServicePortKey, ProxyError> = new Map(),

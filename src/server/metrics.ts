@@ -1,7 +1,10 @@
 // Prometheus metrics (prom-client): kube-proxy's sync metrics, plus per service port counters that the
 // data path keeps as plain fields and that are read only when scraped.
 import client from 'prom-client';
+import type { Config } from '../config/config.ts';
 import type { Proxier } from '../proxier/proxier.ts';
+import type { Route } from './http.ts';
+import { sendJSON, sendText } from './http.ts';
 
 export type ProxyMetrics = {
   registry: client.Registry;
@@ -214,4 +217,18 @@ function range(from: number, to: number, step: number): number[] {
   const out: number[] = [];
   for (let v = from; v <= to; v += step) out.push(v);
   return out;
+}
+
+/**
+ * The metrics server's own routes, as kube-proxy's: /metrics, /proxyMode, /configz (the effective
+ * configuration, keyed by its API group) and a plain /healthz.
+ */
+export function metricsRoutes(metrics: ProxyMetrics, config: Config): Record<string, Route> {
+  return {
+    '/metrics': async (_req, res) =>
+      sendText(res, 200, await metrics.registry.metrics(), metrics.registry.contentType),
+    '/proxyMode': (_req, res) => sendText(res, 200, 'userspace'),
+    '/configz': (_req, res) => sendJSON(res, 200, { 'kubeproxy.config.k8s.io': config }),
+    '/healthz': (_req, res) => sendText(res, 200, 'ok'),
+  };
 }

@@ -3,6 +3,7 @@
 // sockets only; what to serve comes from the proxier through syncServices/syncEndpoints.
 import http from 'node:http';
 import type { Logger } from '../lib/log.ts';
+import type { Snapshot } from '../state/snapshot.ts';
 
 export type ServiceName = { readonly namespace: string; readonly name: string };
 
@@ -70,6 +71,24 @@ export class ServiceHealthServer {
     const wanted = new Map(ports);
     this.#queue = this.#queue.then(() => this.#sync(wanted));
     return this.#queue;
+  }
+
+  /**
+   * Makes the servers and their answers match a snapshot: one per healthCheckNodePort (LoadBalancer
+   * Services with externalTrafficPolicy Local), answering with the Service's local ready endpoints.
+   */
+  syncSnapshot(snapshot: Snapshot): Promise<void> {
+    const ports = new Map<number, ServiceName>();
+    const local = new Map<string, number>();
+    for (const sp of snapshot.servicePorts.values()) {
+      if (sp.healthCheckNodePort === 0) continue;
+      ports.set(sp.healthCheckNodePort, { namespace: sp.namespace, name: sp.serviceName });
+      const key = `${sp.namespace}/${sp.serviceName}`;
+      const count = snapshot.endpoints.get(sp.key)?.localReadyCount ?? 0;
+      local.set(key, Math.max(local.get(key) ?? 0, count));
+    }
+    this.syncEndpoints(local);
+    return this.syncServices(ports);
   }
 
   /** Local ready endpoint counts by `namespace/name`; a Service not in the map has none. */
@@ -177,7 +196,7 @@ function nameOf(service: ServiceName): string {
 }
 
 /** The default Listen: a node:http server on host:port. */
-export const listenHttp: Listen = (port, host, handler) =>
+const listenHttp: Listen = (port, host, handler) =>
   new Promise((resolve, reject) => {
     const server = http.createServer(handler);
     server.keepAliveTimeout = 5000;

@@ -16,7 +16,7 @@ function count(url: URL, name: string): Parsed<number | undefined> {
 }
 
 /** service, client and id from the query string. */
-export function parseFilter(url: URL): Parsed<ConnectionFilter> {
+function parseFilter(url: URL): Parsed<ConnectionFilter> {
   const id = count(url, 'id');
   if (id.error !== undefined) return id;
   return {
@@ -29,7 +29,7 @@ export function parseFilter(url: URL): Parsed<ConnectionFilter> {
 }
 
 /** The filter plus state (active|closed|all) and limit. */
-export function parseListOptions(url: URL): Parsed<ListOptions> {
+function parseListOptions(url: URL): Parsed<ListOptions> {
   const filter = parseFilter(url);
   if (filter.error !== undefined) return filter;
   const limit = count(url, 'limit');

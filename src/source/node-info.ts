@@ -5,7 +5,7 @@ import { ipFamilyOf, isValidCIDR } from '../lib/ip.ts';
 import type { Node } from './objects.ts';
 
 /** The taint the Cluster Autoscaler puts on a node it is about to delete (kube-proxy's ToBeDeletedTaint). */
-export const TO_BE_DELETED_TAINT = 'ToBeDeletedByClusterAutoscaler';
+const TO_BE_DELETED_TAINT = 'ToBeDeletedByClusterAutoscaler';
 
 /** The Node fields this module reads, beyond the common Node type. */
 type NodeFields = {

@@ -77,17 +77,13 @@ export type Node = {
   status?: { addresses?: { type?: string; address?: string }[] };
 };
 
-/** The label that ties an EndpointSlice to its Service. */
-export const LABEL_SERVICE_NAME = 'kubernetes.io/service-name';
-/** Objects with this label belong to another proxy implementation (kube-proxy skips them). */
-export const LABEL_SERVICE_PROXY_NAME = 'service.kubernetes.io/service-proxy-name';
-/** The EndpointSlice controller puts this label on slices of headless Services. */
-export const LABEL_HEADLESS = 'service.kubernetes.io/headless';
-/** kube-proxy's informer selector, rendered as Go's labels.Selector.String() does. */
-export const PROXY_LABEL_SELECTOR = `!${LABEL_HEADLESS},!${LABEL_SERVICE_PROXY_NAME}`;
-/** Set by the EndpointSlice controller; the start of network programming latency. */
-export const ANNOTATION_LAST_CHANGE_TRIGGER_TIME = 'endpoints.kubernetes.io/last-change-trigger-time';
-/** Ours: per-Service override of --trace (none | connections | protocols). */
-export const ANNOTATION_TRACE = 'kube-userspace-proxy.io/trace';
-/** Node label holding the zone, for topology hints. */
-export const LABEL_TOPOLOGY_ZONE = 'topology.kubernetes.io/zone';
+// The names live in lib/ so that the state reads them without a value import of source/.
+export {
+  ANNOTATION_LAST_CHANGE_TRIGGER_TIME,
+  ANNOTATION_TRACE,
+  LABEL_HEADLESS,
+  LABEL_SERVICE_NAME,
+  LABEL_SERVICE_PROXY_NAME,
+  LABEL_TOPOLOGY_ZONE,
+  PROXY_LABEL_SELECTOR,
+} from '../lib/kubernetes-labels.ts';

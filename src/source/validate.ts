@@ -2,7 +2,7 @@
 // fields is trusted. Pure: no I/O. An 'error' problem means "skip this object"; a 'warning' means
 // "this entry will be ignored". Paths are relative to the object; callers prefix them.
 import { canonicalIP, type IPFamily, ipFamilyOf, isValidCIDR, isValidIP } from '../lib/ip.ts';
-import { LABEL_SERVICE_NAME } from './objects.ts';
+import { LABEL_SERVICE_NAME } from '../lib/kubernetes-labels.ts';
 
 export type ProblemPath = (string | number)[];
 

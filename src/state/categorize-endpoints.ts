@@ -13,7 +13,7 @@ export type EndpointPolicy = Pick<
 /** Where this node is, for topology: its name (node hints) and zone label (zone hints). */
 export type NodeTopology = { readonly nodeName: string; readonly zone: string | undefined };
 
-export const EMPTY_SERVICE_PORT_ENDPOINTS: ServicePortEndpoints = {
+const EMPTY_SERVICE_PORT_ENDPOINTS: ServicePortEndpoints = {
   all: [],
   cluster: [],
   local: [],

@@ -2,7 +2,8 @@
 // service port (kube-proxy's endpointslicecache.go). Pure: no I/O, no clock.
 
 import { canonicalIP, ipFamilyOf } from '../lib/ip.ts';
-import { type EndpointSlice, type EndpointSliceEndpoint, LABEL_SERVICE_NAME } from '../source/objects.ts';
+import { LABEL_SERVICE_NAME } from '../lib/kubernetes-labels.ts';
+import type { EndpointSlice, EndpointSliceEndpoint } from '../source/objects.ts';
 import { sameHints } from './categorize-endpoints.ts';
 import { type Endpoint, type EndpointKey, endpointKey } from './endpoint.ts';
 import {

@@ -1,26 +1,11 @@
 // ProxyState: folds Service, EndpointSlice and Node events into pending changes and hands the proxier
 // immutable Snapshots (kube-proxy's ServiceChangeTracker + EndpointsChangeTracker). Pure: no I/O, no
-// clock; invalid input is reported through `warn` once and skipped.
+// clock. Its objects come through the source intake: validated, selected, with a namespace and a name.
+// What a valid Service cannot be programmed with is reported through `warn`.
 
+import { ANNOTATION_LAST_CHANGE_TRIGGER_TIME, LABEL_TOPOLOGY_ZONE } from '../lib/kubernetes-labels.ts';
 import type { ProxyHandlers } from '../source/handlers.ts';
-import {
-  ANNOTATION_LAST_CHANGE_TRIGGER_TIME,
-  type EndpointSlice,
-  LABEL_HEADLESS,
-  LABEL_SERVICE_PROXY_NAME,
-  LABEL_TOPOLOGY_ZONE,
-  type Node,
-  type ObjectMeta,
-  type Service,
-} from '../source/objects.ts';
-import {
-  formatProblem,
-  hasErrors,
-  type Problem,
-  validateEndpointSlice,
-  validateNode,
-  validateService,
-} from '../source/validate.ts';
+import type { EndpointSlice, Node, ObjectMeta, Service } from '../source/objects.ts';
 import { categorizeEndpoints, sameServicePortEndpoints } from './categorize-endpoints.ts';
 import type { ServicePortEndpoints } from './endpoint.ts';
 import { EndpointSliceCache, type ServiceKey, serviceKey, sliceServiceKey } from './endpoint-slice-cache.ts';
@@ -60,8 +45,6 @@ type CheckoutWork = {
 
 type ServiceChange = { readonly previous: readonly ServicePort[]; current: readonly ServicePort[] };
 
-type Note = [msg: string, fields: Record<string, unknown>];
-
 export class ProxyState implements ProxyHandlers {
   readonly #nodeName: string;
   readonly #warn: Warn;
@@ -80,8 +63,6 @@ export class ProxyState implements ProxyHandlers {
   readonly #endpoints = new Map<ServicePortKey, ServicePortEndpoints>();
   readonly #endpointKeys = new Map<ServiceKey, readonly ServicePortKey[]>();
   #snapshot: Snapshot | undefined;
-  // Last warnings per object, so a resync of the same bad object does not log again.
-  readonly #reported = new Map<string, string>();
 
   #nodeZone: string | undefined;
   #zoneChanged = false;
@@ -148,12 +129,7 @@ export class ProxyState implements ProxyHandlers {
 
   onServiceDelete(service: Service): void {
     this.#serviceChangesTotal++;
-    const key = serviceKeyOf(service?.metadata);
-    if (key === undefined) {
-      this.#report('Service (unnamed)', [['Ignoring delete of an unnamed object', { kind: 'Service' }]]);
-      return;
-    }
-    this.#deleteService(key);
+    this.#deleteService(serviceKeyOf(service.metadata));
   }
 
   onServicesSynced(): void {
@@ -170,14 +146,6 @@ export class ProxyState implements ProxyHandlers {
   }
 
   onEndpointSliceDelete(slice: EndpointSlice): void {
-    const key = objectKey(slice?.metadata);
-    if (key === undefined) {
-      this.#report('EndpointSlice (unnamed)', [
-        ['Ignoring delete of an unnamed object', { kind: 'EndpointSlice' }],
-      ]);
-      return;
-    }
-    this.#reported.delete(`EndpointSlice ${key}`);
     if (sliceServiceKey(slice) !== undefined) this.#endpointChangesTotal++;
     this.#sliceChanged(this.#slices.delete(slice), undefined);
   }
@@ -188,11 +156,6 @@ export class ProxyState implements ProxyHandlers {
 
   onNodeUpdate(node: Node): void {
     if (node?.metadata?.name !== this.#nodeName) return;
-    const problems = validateNode(node);
-    if (hasErrors(problems)) {
-      this.#reportInvalid('Node', this.#nodeName, problems);
-      return;
-    }
     this.#setZone(node.metadata.labels?.[LABEL_TOPOLOGY_ZONE]);
   }
 
@@ -305,28 +268,16 @@ export class ProxyState implements ProxyHandlers {
 
   #upsertService(service: Service): void {
     this.#serviceChangesTotal++;
-    const key = serviceKeyOf(service?.metadata);
-    if (key !== undefined && servedByOthers(service.metadata)) {
-      this.#deleteService(key);
-      return;
-    }
-    const problems = validateService(service);
-    if (key === undefined || hasErrors(problems)) {
-      this.#reportInvalid('Service', key, problems);
-      return;
-    }
+    const key = serviceKeyOf(service.metadata);
     const stored = this.#services.get(key);
     // An informer resync delivers the same object again: nothing to do, nothing to log again.
     if (stored !== undefined && deepEqual(stored, service)) return;
     this.#services.set(key, service);
-    const notes = warningNotes('Service', key, problems);
-    const ports = servicePortsFromService(service, (msg, fields) => notes.push([msg, fields]));
-    this.#report(`Service ${key}`, notes);
+    const ports = servicePortsFromService(service, this.#warn);
     if (this.#setServicePorts(key, ports)) this.#onChange();
   }
 
   #deleteService(key: ServiceKey): void {
-    this.#reported.delete(`Service ${key}`);
     if (!this.#services.delete(key)) return;
     if (this.#setServicePorts(key, [])) this.#onChange();
   }
@@ -346,26 +297,8 @@ export class ProxyState implements ProxyHandlers {
   }
 
   #upsertSlice(slice: EndpointSlice): void {
-    const key = objectKey(slice?.metadata);
-    if (key !== undefined && servedByOthers(slice.metadata)) {
-      this.#reported.delete(`EndpointSlice ${key}`);
-      this.#sliceChanged(this.#slices.delete(slice), undefined);
-      return;
-    }
-    const problems = validateEndpointSlice(slice);
-    if (key === undefined || hasErrors(problems)) {
-      this.#reportInvalid('EndpointSlice', key, problems);
-      return;
-    }
-    const notes = warningNotes('EndpointSlice', key, problems);
-    const service = sliceServiceKey(slice);
-    if (service === undefined && slice.addressType !== 'FQDN')
-      notes.push([
-        'Ignoring EndpointSlice without a service-name label',
-        { kind: 'EndpointSlice', object: key },
-      ]);
-    this.#report(`EndpointSlice ${key}`, notes);
-    if (service !== undefined) this.#endpointChangesTotal++;
+    // Slices of no Service (FQDN, or no service-name label) are not counted, as in kube-proxy.
+    if (sliceServiceKey(slice) !== undefined) this.#endpointChangesTotal++;
     this.#sliceChanged(this.#slices.update(slice), slice);
   }
 
@@ -400,53 +333,11 @@ export class ProxyState implements ProxyHandlers {
     mark();
     if (!was && this.isInitialized) this.#onChange();
   }
-
-  // One warning per bad object version, naming it and every problem found.
-  #reportInvalid(kind: string, key: string | undefined, problems: readonly Problem[]): void {
-    const object = key ?? '(unnamed)';
-    const fields = { kind, object, problems: problems.map(formatProblem) };
-    this.#report(`${kind} ${object}`, [['Ignoring invalid object', fields]]);
-  }
-
-  // Logs the notes for an object unless they are exactly what was logged for it last time.
-  #report(object: string, notes: readonly Note[]): void {
-    if (notes.length === 0) {
-      this.#reported.delete(object);
-      return;
-    }
-    const signature = JSON.stringify(notes);
-    if (this.#reported.get(object) === signature) return;
-    this.#reported.set(object, signature);
-    for (const [msg, fields] of notes) this.#warn(msg, fields);
-  }
 }
 
-// `namespace/name`, or undefined when either is missing (such an object cannot be tracked).
-function objectKey(meta: ObjectMeta | undefined): string | undefined {
-  const namespace = meta?.namespace;
-  const name = meta?.name;
-  if (typeof namespace !== 'string' || typeof name !== 'string' || namespace === '' || name === '')
-    return undefined;
-  return `${namespace}/${name}`;
-}
-
-function serviceKeyOf(meta: ObjectMeta | undefined): ServiceKey | undefined {
-  const key = objectKey(meta);
-  return key === undefined ? undefined : serviceKey(meta!.namespace!, meta!.name!);
-}
-
-// kube-proxy's informers never see these objects (label selector); a source that does, e.g. a
-// manifest, gets the same result: the object is treated as absent.
-function servedByOthers(meta: ObjectMeta | undefined): boolean {
-  const labels: unknown = meta?.labels;
-  if (typeof labels !== 'object' || labels === null) return false;
-  return Object.hasOwn(labels, LABEL_SERVICE_PROXY_NAME) || Object.hasOwn(labels, LABEL_HEADLESS);
-}
-
-function warningNotes(kind: string, key: string, problems: readonly Problem[]): Note[] {
-  const warnings = problems.filter((p) => p.severity === 'warning');
-  if (warnings.length === 0) return [];
-  return [['Ignoring parts of an object', { kind, object: key, problems: warnings.map(formatProblem) }]];
+// The intake hands over only objects with a namespace and a name.
+function serviceKeyOf(meta: ObjectMeta | undefined): ServiceKey {
+  return serviceKey(meta?.namespace ?? '', meta?.name ?? '');
 }
 
 const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/;

@@ -3,7 +3,8 @@
 // but never throws on one that did not.
 
 import { canonicalIP, ipFamilyOf, isValidCIDR } from '../lib/ip.ts';
-import { ANNOTATION_TRACE, type Service, type ServicePortSpec } from '../source/objects.ts';
+import { ANNOTATION_TRACE } from '../lib/kubernetes-labels.ts';
+import type { Service, ServicePortSpec } from '../source/objects.ts';
 import {
   DEFAULT_STICKY_MAX_AGE_SECONDS,
   type IPFamily,

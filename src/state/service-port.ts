@@ -77,14 +77,6 @@ export function usesLocalEndpoints(sp: ServicePort): boolean {
   return sp.internalPolicyLocal || sp.externalPolicyLocal;
 }
 
-/**
- * The fields whose change needs a new listening socket or new rules. Everything else (endpoints,
- * affinity, timeouts) is applied to the running listener in place.
- */
-export function sameListener(a: ServicePort, b: ServicePort): boolean {
-  return a.protocol === b.protocol;
-}
-
 /** True when the two ports would render the same iptables rules for the same proxy port. */
 export function samePortals(a: ServicePort, b: ServicePort): boolean {
   return (

@@ -17,11 +17,3 @@ export type Snapshot = {
    * changes in this checkout, for network programming latency. */
   readonly triggerTimes: readonly number[];
 };
-
-export const EMPTY_SNAPSHOT: Snapshot = {
-  servicePorts: new Map(),
-  endpoints: new Map(),
-  changedServicePorts: new Set(),
-  changedEndpoints: new Set(),
-  triggerTimes: [],
-};

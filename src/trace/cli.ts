@@ -2,6 +2,7 @@
 // /debug/trace that print a table or readable trace lines (or the raw JSON). No proxy state of their own.
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { isProxyError, ProxyError } from '../lib/errors.ts';
 import { parseHostPort } from '../lib/host-port.ts';
 import type { ConnectionListing, ConnectionRecord } from './connection-table.ts';
 import type { AppInfo } from './sniff/types.ts';
@@ -47,11 +48,10 @@ const common = {
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
-class UsageError extends Error {}
-
 function baseUrl(address: string): string {
   const hp = parseHostPort(address);
-  if (hp === undefined) throw new UsageError(`invalid --metrics-address "${address}": expected IP:port`);
+  if (hp === undefined)
+    throw new ProxyError('KUP_ERR_INVALID_FLAG', `invalid --metrics-address "${address}": expected IP:port`);
   // The bind-all addresses are reachable on loopback.
   const host = hp.host === '0.0.0.0' ? '127.0.0.1' : hp.host === '::' ? '::1' : hp.host;
   return `http://${host.includes(':') ? `[${host}]` : host}:${hp.port}`;
@@ -66,13 +66,13 @@ function query(params: Record<string, string | undefined>): string {
 
 function checkCount(flag: string, v: string | undefined): void {
   if (v !== undefined && !/^\d{1,9}$/.test(v))
-    throw new UsageError(`invalid --${flag} "${v}": expected a non-negative integer`);
+    throw new ProxyError('KUP_ERR_INVALID_FLAG', `invalid --${flag} "${v}": expected a non-negative integer`);
 }
 
 function fail(err: unknown, command: string, errOut: Out, url: string): number {
   const e = err as NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException };
   // node:util parseArgs throws ERR_PARSE_ARGS_* for unknown flags and missing values.
-  if (err instanceof UsageError || String(e.code).startsWith('ERR_PARSE_ARGS')) {
+  if (isProxyError(err, 'KUP_ERR_INVALID_FLAG') || String(e.code).startsWith('ERR_PARSE_ARGS')) {
     errOut.write(`kube-userspace-proxy ${command}: ${e.message}\nRun with --help for the flags.\n`);
     return 2;
   }
@@ -205,7 +205,7 @@ function printEvent(text: string, json: boolean, requests: boolean, out: Out): v
  * `prod/shop:web 10.244.0.10:51234 → 10.244.0.21:8080 GET /cart host=shop.example 200 12ms`.
  * Requests and DNS queries are left out unless `requests` (their response line repeats them).
  */
-export function formatEvent(
+function formatEvent(
   event: TraceEvent | { type: 'dropped'; count: number },
   requests = false,
 ): string | undefined {
@@ -240,7 +240,7 @@ export function formatEvent(
 }
 
 /** A short description of what the sniffer learnt; `requests` adds the first HTTP/DNS exchange. */
-export function appSummary(app: AppInfo, requests = true): string {
+function appSummary(app: AppInfo, requests = true): string {
   switch (app.protocol) {
     case 'http1': {
       const upgrade = app.upgrade === undefined ? '' : ` upgrade=${app.upgrade}`;
@@ -272,7 +272,7 @@ export function appSummary(app: AppInfo, requests = true): string {
 }
 
 /** The `connections` table: active then recent, newest first. */
-export function formatConnections(listing: ConnectionListing): string {
+function formatConnections(listing: ConnectionListing): string {
   const header = ['SERVICE', 'CLIENT', 'ENDPOINT', 'PROTO/APP', 'BYTES IN/OUT', 'AGE', 'STATE', 'INFO'];
   const rows = [...listing.active, ...listing.recent].map(row);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));

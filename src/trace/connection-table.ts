@@ -4,7 +4,8 @@
 // else: the active ones are a list linked through the entries, found from the connection's observerData.
 // No I/O, no timers.
 import { joinHostPort } from '../lib/host-port.ts';
-import type { CloseReason, ConnectAttempt, ConnectionInfo } from '../relay/observer.ts';
+import type { CloseReason } from '../relay/close-reason.ts';
+import type { ConnectAttempt, ConnectionInfo } from '../relay/observer.ts';
 import type { AppInfo, Sniffer } from './sniff/types.ts';
 
 export type ConnectionState = 'active' | 'closed';
@@ -67,7 +68,7 @@ export type ConnectionTableOptions = {
   now?: () => number;
 };
 
-export const DEFAULT_MAX_RECENT = 1000;
+const DEFAULT_MAX_RECENT = 1000;
 
 const NO_ATTEMPTS: readonly ConnectAttempt[] = Object.freeze([]);
 const NO_DATA: AppInfo = Object.freeze({ protocol: 'unknown', reason: 'no-data' });

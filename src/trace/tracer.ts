@@ -86,8 +86,8 @@ export interface Tracer {
   stats(): TracerStats;
 }
 
-export const DEFAULT_RECENT_EVENTS = 1000;
-export const DEFAULT_MAX_PENDING = 1024;
+const DEFAULT_RECENT_EVENTS = 1000;
+const DEFAULT_MAX_PENDING = 1024;
 
 // Raw events as stored: a sniffer event, or one of these shared markers read back from the entry.
 const OPENED = { type: 'opened' } as const;
@@ -315,7 +315,7 @@ class TracerImpl implements Tracer {
       const transport = entry.protocol === 'UDP' ? 'udp' : 'tcp';
       entry.sniffer = startSniffer(this.#limits, transport, fromClient, chunk, this.now());
     } else if (fromClient) s.onClientData(chunk, this.now());
-    else s.onServerData(chunk, this.now());
+    else s.onEndpointData(chunk, this.now());
     this.#sniffed = undefined;
     if (entry.sniffer?.done) entry.sniffing = false;
     return entry.sniffing;

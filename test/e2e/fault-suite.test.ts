@@ -13,6 +13,7 @@ import type { DebugServicePort } from '../../src/server/debug.ts';
 import {
   createManifest,
   createProxyCluster,
+  e2eProxyArgs,
   eventually,
   longestGap,
   PROXY_BIN,
@@ -620,18 +621,7 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
 
     const child = sb.spawnIn(node, process.execPath, [
       PROXY_BIN,
-      '--kubeconfig',
-      kubeconfig,
-      '--hostname-override',
-      'node-1',
-      '--metrics-bind-address',
-      '127.0.0.1:10249',
-      '--healthz-bind-address',
-      '127.0.0.1:10256',
-      '--iptables-min-sync-period',
-      '0',
-      '--iptables-sync-period',
-      '2s',
+      ...e2eProxyArgs(['--kubeconfig', kubeconfig]),
       '--state-file',
       '',
     ]);

@@ -482,6 +482,27 @@ export async function createManifest(
 
 const MAX_LOG_LINES = 400;
 
+/**
+ * The arguments every end-to-end test runs the proxy with, after its source (`--manifest FILE` or
+ * `--kubeconfig FILE`): node-1, metrics and healthz on the node's loopback (`metricsPort`,
+ * `metricsPort + 7`), a 2 s sync period and no minimum interval.
+ */
+export function e2eProxyArgs(source: readonly string[], metricsPort = 10249): string[] {
+  return [
+    ...source,
+    '--hostname-override',
+    'node-1',
+    '--metrics-bind-address',
+    `127.0.0.1:${metricsPort}`,
+    '--healthz-bind-address',
+    `127.0.0.1:${metricsPort + 7}`,
+    '--iptables-min-sync-period',
+    '0',
+    '--iptables-sync-period',
+    '2s',
+  ];
+}
+
 /** The proxy CLI running in the node namespace. */
 export class ProxyProcess {
   readonly child: ChildProcess;
@@ -502,18 +523,7 @@ export class ProxyProcess {
     this.#agent = cluster.nodeAgent;
     this.child = cluster.sandbox.spawnIn(cluster.node, process.execPath, [
       PROXY_BIN,
-      '--manifest',
-      manifest,
-      '--hostname-override',
-      'node-1',
-      '--metrics-bind-address',
-      `127.0.0.1:${metricsPort}`,
-      '--healthz-bind-address',
-      `127.0.0.1:${metricsPort + 7}`,
-      '--iptables-min-sync-period',
-      '0',
-      '--iptables-sync-period',
-      '2s',
+      ...e2eProxyArgs(['--manifest', manifest], metricsPort),
       ...args,
     ]);
     for (const stream of [this.child.stdout, this.child.stderr]) {

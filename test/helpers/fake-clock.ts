@@ -1,5 +1,5 @@
 // A manual clock for timer-driven code: time moves only when the test calls advance().
-import type { Clock, TimerHandle } from '../../src/proxier/clock.ts';
+import type { Clock, TimerHandle } from '../../src/lib/clock.ts';
 
 type Timer = { id: number; at: number; fn: () => void };
 

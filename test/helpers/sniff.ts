@@ -17,7 +17,7 @@ export function replay(
       // A copy that we scribble over afterwards: proves the sniffer keeps no reference to our chunks.
       const chunk = Buffer.from(part);
       if (step.from === 'client') s.onClientData(chunk, 1000);
-      else s.onServerData(chunk, 1000);
+      else s.onEndpointData(chunk, 1000);
       chunk.fill(0x7e);
     }
   }

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
-import { parseManifest, parseManifestAsync } from '../../src/source/manifest.ts';
+import { parseManifest, parseManifestAsync } from '../../src/source/manifest-parse.ts';
 import { service, slice, startManifestProxy } from '../helpers/manifests.ts';
 import { waitFor } from '../helpers/servers.ts';
 

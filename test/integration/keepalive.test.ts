@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { test } from 'node:test';
 import { KeepAliveSweeper } from '../../src/relay/keepalive.ts';
+import { Sweeper } from '../../src/relay/sweeper.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
@@ -28,7 +29,9 @@ test('keep-alive goes on for connections open one sweep interval, on both socket
   const backend = await tcpServer('127.0.0.11', (s) => s.on('data', (d) => s.write(d)));
   t.after(() => backend.close());
   let now = 1_000_000;
-  const sweeper = new KeepAliveSweeper(1000, () => now);
+  // Swept by hand below: the shared sweeper's clock never fires.
+  const clock = { now: () => now, setTimeout: () => ({}), clearTimeout: () => {} };
+  const sweeper = new KeepAliveSweeper(1000, new Sweeper(25, clock));
   const listener = new TcpListener(
     makeContext([ep(backend.host, backend.port)]),
     { ...DEFAULT_TCP_OPTIONS, keepAliveDelayMs: 60_000 },
@@ -44,20 +47,20 @@ test('keep-alive goes on for connections open one sweep interval, on both socket
   // Accepted side (local port = the listener's) and upstream side (remote port = the backend's).
   assert.deepEqual(timers(listener.port, 'local'), ['00'], 'no keep-alive at accept');
   assert.deepEqual(timers(backend.port, 'remote'), ['00'], 'no keep-alive at connect');
-  sweeper.sweep();
+  sweeper.sweep(now);
   assert.deepEqual(timers(listener.port, 'local'), ['00'], 'younger than one interval: still off');
 
   now += 1000;
-  sweeper.sweep();
+  sweeper.sweep(now);
   assert.deepEqual(timers(listener.port, 'local'), ['02'], 'the keep-alive timer is armed');
   assert.deepEqual(timers(backend.port, 'remote'), ['02']);
 
   // A closed listener stays swept while its connections run, and is dropped after the last one ends.
   await listener.close();
-  sweeper.sweep();
+  sweeper.sweep(now);
   assert.equal(sweeper.size, 1, 'closed, one connection still running');
   client.destroy();
   await waitFor(() => listener.connections.size === 0, 2000, 'the connection to end');
-  sweeper.sweep();
+  sweeper.sweep(now);
   assert.equal(sweeper.size, 0);
 });

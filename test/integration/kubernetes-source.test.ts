@@ -11,7 +11,6 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import type { ProxyHandlers } from '../../src/source/handlers.ts';
 import {
-  backoffDelay,
   KubernetesSource,
   type KubernetesSourceOptions,
   loadKubeConfig,
@@ -24,6 +23,7 @@ import {
   PROXY_LABEL_SELECTOR,
   type Service,
 } from '../../src/source/objects.ts';
+import { backoffDelay } from '../../src/source/reflector.ts';
 import { ProxyState } from '../../src/state/proxy-state.ts';
 import type { ServicePortKey } from '../../src/state/service-port.ts';
 import {

@@ -131,14 +131,14 @@ test("the node IP and --nodeport-addresses primary come from the Node's Internal
     { iptables: recordingIptables(restores), sysctl, hostInfo },
   );
   await waitFor(() => server.proxier.lastSyncMs !== 0, 8000, 'the first sync');
-  const v4 = server.families.find((f) => f.family === 'IPv4')!;
+  const v4 = server.network!.families.find((f) => f.family === 'IPv4')!;
   assert.equal(v4.hostIP, internalIP);
   assert.deepEqual(v4.nodePortAddresses, [`${internalIP}/32`]);
-  assert.deepEqual(server.localDetectorFor('IPv4'), {
+  assert.deepEqual(server.network!.localDetectorFor('IPv4'), {
     ifLocal: `-s ${node.spec.podCIDRs[0]}`,
     ifNotLocal: `! -s ${node.spec.podCIDRs[0]}`,
   });
-  assert.equal(server.localDetectorFor('IPv6'), undefined);
+  assert.equal(server.network!.localDetectorFor('IPv6'), undefined);
   assert.deepEqual(
     writes.map(([path]) => path.split('/').pop()),
     [

@@ -358,3 +358,24 @@ test('outlier ejection: a refusing endpoint is skipped after 3 failures and retu
   assert.ok(seen.has('127.0.0.13'), 'back after the ejection time');
   assert.equal(balancer.outlier!.ejectedCount, 0);
 });
+
+test('drained() resolves when the last connection of a closed listener ends, not before', async (t) => {
+  const echo = await tcpServer('127.0.0.11', (s) => s.pipe(s), { allowHalfOpen: true });
+  t.after(() => echo.close());
+  const { listener } = await proxy(t, [ep('127.0.0.11', echo.port)]);
+  const soon = new Promise((r) => setTimeout(() => r('pending'), 50));
+  assert.equal(await Promise.race([listener.drained().then(() => 'drained'), soon]), 'drained');
+  const client = net.connect({ host: '127.0.0.1', port: listener.port });
+  t.after(() => client.destroy());
+  await new Promise<void>((r) => client.once('connect', () => r()));
+  client.write('x');
+  await new Promise((r) => client.once('data', r));
+  await listener.close();
+  let drained = false;
+  const waiting = listener.drained().then(() => (drained = true));
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(drained, false, 'a connection is still open');
+  client.end();
+  await waiting;
+  assert.equal(listener.connections.size, 0);
+});

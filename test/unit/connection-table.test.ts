@@ -2,7 +2,8 @@
 // closed connections and its drop count, and the filters.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { CloseReason, ConnectAttempt, ConnectionInfo } from '../../src/relay/observer.ts';
+import type { CloseReason } from '../../src/relay/close-reason.ts';
+import type { ConnectAttempt, ConnectionInfo } from '../../src/relay/observer.ts';
 import type { ServicePortName } from '../../src/state/service-port.ts';
 import type { ListOptions } from '../../src/trace/connection-table.ts';
 import { ConnectionTable, matchesClient, matchesService } from '../../src/trace/connection-table.ts';
@@ -120,7 +121,7 @@ test('the sniffer info becomes app, live while active and frozen at close', () =
   let info: AppInfo = { protocol: 'unknown', reason: 'no-data' };
   const sniffer: Sniffer = {
     onClientData() {},
-    onServerData() {},
+    onEndpointData() {},
     done: false,
     info: () => info,
   };

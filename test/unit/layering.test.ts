@@ -109,6 +109,15 @@ test('no import cycle, counting type-only imports too', () => {
   assert.deepEqual(cycles, []);
 });
 
+test('state/ imports only types from source/ (sources hand it checked objects through the intake)', () => {
+  assert.deepEqual(
+    edges
+      .filter((e) => folderOf(e.from) === 'state' && folderOf(e.to) === 'source' && !e.typeOnly)
+      .map((e) => `${e.from} -> ${e.to}`),
+    [],
+  );
+});
+
 test('lib/ imports nothing of the project but lib/', () => {
   assert.deepEqual(
     edges.filter((e) => folderOf(e.from) === 'lib' && folderOf(e.to) !== 'lib').map((e) => e.from),

@@ -2,7 +2,7 @@
 // reuses unchanged documents on reload, and leaves problems to the located path.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseManifest, parseManifestAsync } from '../../src/source/manifest.ts';
+import { parseManifest, parseManifestAsync } from '../../src/source/manifest-parse.ts';
 import { service, slice, toYaml } from '../helpers/manifests.ts';
 
 const docs = (n: number, changed = -1) =>

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { nodePortHostsFor } from '../../src/proxier/proxier.ts';
+import { nodePortHostsFor } from '../../src/proxier/node-port-claims.ts';
 
 const cases: { name: string; clusterIPs: string[]; hosts: string[]; want: string[] }[] = [
   {

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { Intake } from '../../src/source/intake.ts';
 import type { EndpointSlice, EndpointSliceEndpoint, Node, Service } from '../../src/source/objects.ts';
 import { ProxyState, triggerTime } from '../../src/state/proxy-state.ts';
 import type { ServicePortKey } from '../../src/state/service-port.ts';
@@ -45,12 +46,11 @@ const key = (name: string, port = 'http', proto = 'TCP') => `ns/${name}:${port}/
 function setup() {
   const warnings: { msg: string; fields: Record<string, unknown> }[] = [];
   let changes = 0;
-  const state = new ProxyState({
-    nodeName: NODE,
-    warn: (msg, fields) => warnings.push({ msg, fields }),
-    onChange: () => changes++,
-  });
-  return { state, warnings, changes: () => changes };
+  const warn = (msg: string, fields: Record<string, unknown>) => warnings.push({ msg, fields });
+  const state = new ProxyState({ nodeName: NODE, warn, onChange: () => changes++ });
+  // Events reach the state as a source delivers them: through the intake.
+  const intake = new Intake(state, { warn, nodeName: NODE });
+  return { state, intake, warnings, changes: () => changes };
 }
 
 function eps(snap: Snapshot, k: ServicePortKey): string[] | undefined {
@@ -60,24 +60,24 @@ function eps(snap: Snapshot, k: ServicePortKey): string[] | undefined {
 const sorted = (s: ReadonlySet<string>) => [...s].sort();
 
 test('isInitialized needs both syncs; becoming initialized asks for a sync', () => {
-  const { state, changes } = setup();
+  const { state, intake, changes } = setup();
   assert.equal(state.isInitialized, false);
-  state.onServicesSynced();
+  intake.onServicesSynced();
   assert.equal(state.isInitialized, false);
   assert.equal(changes(), 0);
-  state.onEndpointSlicesSynced();
+  intake.onEndpointSlicesSynced();
   assert.equal(state.isInitialized, true);
   assert.equal(changes(), 1);
-  state.onServicesSynced();
+  intake.onServicesSynced();
   assert.equal(changes(), 1);
 });
 
 test('services and slices become service ports and endpoints, with changed sets', () => {
-  const { state, changes } = setup();
-  state.onServiceAdd(svc('web'));
-  state.onServiceAdd(svc('api', { clusterIP: '10.96.0.2' }));
-  state.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
-  state.onEndpointSliceAdd(slice('web-b', 'web', ['10.0.0.2']));
+  const { state, intake, changes } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onServiceAdd(svc('api', { clusterIP: '10.96.0.2' }));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  intake.onEndpointSliceAdd(slice('web-b', 'web', ['10.0.0.2']));
   assert.equal(changes(), 4);
   assert.equal(state.pendingServiceChanges, 2);
   assert.equal(state.pendingEndpointChanges, 2);
@@ -98,7 +98,7 @@ test('services and slices become service ports and endpoints, with changed sets'
   assert.equal(s2.servicePorts, s1.servicePorts, 'unchanged maps are reused');
   assert.equal(s2.endpoints, s1.endpoints);
 
-  state.onEndpointSliceUpdate(slice('web-b', 'web', ['10.0.0.2']), slice('web-b', 'web', ['10.0.0.3']));
+  intake.onEndpointSliceUpdate(slice('web-b', 'web', ['10.0.0.2']), slice('web-b', 'web', ['10.0.0.3']));
   const s3 = state.checkout();
   assert.deepEqual(eps(s3, key('web')), ['10.0.0.1:8080', '10.0.0.3:8080']);
   assert.deepEqual(sorted(s3.changedEndpoints), [key('web')]);
@@ -112,10 +112,10 @@ test('services and slices become service ports and endpoints, with changed sets'
 });
 
 test('add then delete before a checkout cancels out', () => {
-  const { state } = setup();
-  state.onServiceAdd(svc('web'));
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web'));
   assert.equal(state.pendingServiceChanges, 1);
-  state.onServiceDelete(svc('web'));
+  intake.onServiceDelete(svc('web'));
   assert.equal(state.pendingServiceChanges, 0);
   assert.equal(state.serviceChangesTotal, 2);
   const snap = state.checkout();
@@ -124,39 +124,39 @@ test('add then delete before a checkout cancels out', () => {
 });
 
 test('an update reverted before a checkout cancels out; a no-op update is not pending', () => {
-  const { state } = setup();
-  state.onServiceAdd(svc('web'));
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web'));
   state.checkout();
-  state.onServiceUpdate(svc('web'), svc('web', { externalIPs: ['192.0.2.1'] }));
+  intake.onServiceUpdate(svc('web'), svc('web', { externalIPs: ['192.0.2.1'] }));
   assert.equal(state.pendingServiceChanges, 1);
-  state.onServiceUpdate(svc('web', { externalIPs: ['192.0.2.1'] }), svc('web'));
+  intake.onServiceUpdate(svc('web', { externalIPs: ['192.0.2.1'] }), svc('web'));
   assert.equal(state.pendingServiceChanges, 0);
   // Only a label changed: same service ports, nothing pending.
-  state.onServiceUpdate(svc('web'), svc('web', {}, { team: 'a' }));
+  intake.onServiceUpdate(svc('web'), svc('web', {}, { team: 'a' }));
   assert.equal(state.pendingServiceChanges, 0);
   assert.equal(state.serviceChangesTotal, 4);
   assert.equal(state.checkout().changedServicePorts.size, 0);
 });
 
 test('renaming a port changes both keys; delete removes ports and endpoints', () => {
-  const { state } = setup();
-  state.onServiceAdd(svc('web'));
-  state.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
   state.checkout();
 
   const renamed = svc('web', { ports: [{ name: 'web', protocol: 'TCP', port: 80 }] });
-  state.onServiceUpdate(svc('web'), renamed);
+  intake.onServiceUpdate(svc('web'), renamed);
   const s1 = state.checkout();
   assert.deepEqual(sorted(s1.changedServicePorts), [key('web'), key('web', 'web')]);
   assert.deepEqual(sorted(s1.changedEndpoints), [key('web')], 'slice port "http" no longer matches');
   assert.equal(s1.endpoints.has(key('web')), false);
 
-  state.onServiceUpdate(renamed, svc('web'));
+  intake.onServiceUpdate(renamed, svc('web'));
   const s2 = state.checkout();
   assert.deepEqual(eps(s2, key('web')), ['10.0.0.1:8080']);
   assert.deepEqual(sorted(s2.changedEndpoints), [key('web')]);
 
-  state.onServiceDelete(svc('web'));
+  intake.onServiceDelete(svc('web'));
   const s3 = state.checkout();
   assert.deepEqual(sorted(s3.changedServicePorts), [key('web')]);
   assert.deepEqual(sorted(s3.changedEndpoints), [key('web')]);
@@ -165,24 +165,24 @@ test('renaming a port changes both keys; delete removes ports and endpoints', ()
 });
 
 test('endpoints without a Service are kept but not in the snapshot until it exists', () => {
-  const { state } = setup();
-  state.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  const { state, intake } = setup();
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
   const s1 = state.checkout();
   assert.equal(s1.endpoints.size, 0);
   assert.equal(s1.changedEndpoints.size, 0);
-  state.onServiceAdd(svc('web'));
+  intake.onServiceAdd(svc('web'));
   const s2 = state.checkout();
   assert.deepEqual(eps(s2, key('web')), ['10.0.0.1:8080']);
   assert.deepEqual(sorted(s2.changedEndpoints), [key('web')]);
 });
 
 test('skipped services (headless, ExternalName, no clusterIP, SCTP) give no ports and do not throw', () => {
-  const { state, warnings } = setup();
-  state.onServiceAdd(svc('headless', { clusterIP: 'None' }));
-  state.onServiceAdd(svc('ext', { type: 'ExternalName', externalName: 'example.com', clusterIP: '' }));
-  state.onServiceAdd(svc('pending', { clusterIP: '' }));
-  state.onServiceAdd(svc('sctp', { ports: [{ name: 'http', protocol: 'SCTP', port: 80 }] }));
-  state.onEndpointSliceAdd(slice('headless-a', 'headless', ['10.0.0.1']));
+  const { state, intake, warnings } = setup();
+  intake.onServiceAdd(svc('headless', { clusterIP: 'None' }));
+  intake.onServiceAdd(svc('ext', { type: 'ExternalName', externalName: 'example.com', clusterIP: '' }));
+  intake.onServiceAdd(svc('pending', { clusterIP: '' }));
+  intake.onServiceAdd(svc('sctp', { ports: [{ name: 'http', protocol: 'SCTP', port: 80 }] }));
+  intake.onEndpointSliceAdd(slice('headless-a', 'headless', ['10.0.0.1']));
   const snap = state.checkout();
   assert.equal(snap.servicePorts.size, 0);
   assert.equal(snap.endpoints.size, 0);
@@ -192,44 +192,44 @@ test('skipped services (headless, ExternalName, no clusterIP, SCTP) give no port
 });
 
 test('FQDN slices and slices without the label are ignored; counters follow kube-proxy', () => {
-  const { state, warnings } = setup();
-  state.onServiceAdd(svc('web'));
-  state.onEndpointSliceAdd(slice('web-f', 'web', [{ addresses: ['a.example'] }], { addressType: 'FQDN' }));
+  const { state, intake, warnings } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onEndpointSliceAdd(slice('web-f', 'web', [{ addresses: ['a.example'] }], { addressType: 'FQDN' }));
   const unlabelled = slice('web-x', 'web', ['10.0.0.1']);
   unlabelled.metadata!.labels = {};
-  state.onEndpointSliceAdd(unlabelled);
+  intake.onEndpointSliceAdd(unlabelled);
   assert.equal(state.endpointChangesTotal, 0);
   assert.equal(state.pendingEndpointChanges, 0);
   assert.equal(warnings.length, 1);
   assert.match(warnings[0]!.msg, /service-name/);
 
-  state.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
-  state.onEndpointSliceUpdate(slice('web-a', 'web', ['10.0.0.1']), slice('web-a', 'web', ['10.0.0.1']));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  intake.onEndpointSliceUpdate(slice('web-a', 'web', ['10.0.0.1']), slice('web-a', 'web', ['10.0.0.1']));
   assert.equal(state.endpointChangesTotal, 2, 'every considered update counts');
   assert.equal(state.pendingEndpointChanges, 1, 'only the one that changed something is pending');
   assert.deepEqual(eps(state.checkout(), key('web')), ['10.0.0.1:8080']);
 });
 
 test('an endpoint moving between slices is never lost', () => {
-  const { state } = setup();
-  state.onServiceAdd(svc('web'));
-  state.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1', '10.0.0.2']));
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1', '10.0.0.2']));
   state.checkout();
-  state.onEndpointSliceAdd(slice('web-b', 'web', ['10.0.0.2']));
-  state.onEndpointSliceUpdate(slice('web-a', 'web', []), slice('web-a', 'web', ['10.0.0.1']));
+  intake.onEndpointSliceAdd(slice('web-b', 'web', ['10.0.0.2']));
+  intake.onEndpointSliceUpdate(slice('web-a', 'web', []), slice('web-a', 'web', ['10.0.0.1']));
   const snap = state.checkout();
   assert.deepEqual(eps(snap, key('web')), ['10.0.0.1:8080', '10.0.0.2:8080']);
   assert.equal(snap.changedEndpoints.size, 0, 'same endpoints as before');
 });
 
 test('terminating fallback and traffic policies reach the snapshot', () => {
-  const { state } = setup();
-  state.onServiceAdd(svc('web', { internalTrafficPolicy: 'Local' }));
-  state.onServiceAdd(
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web', { internalTrafficPolicy: 'Local' }));
+  intake.onServiceAdd(
     svc('lb', { type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 32000 }),
   );
-  state.onEndpointSliceAdd(slice('web-a', 'web', [{ addresses: ['10.0.0.1'], nodeName: 'node-b' }]));
-  state.onEndpointSliceAdd(
+  intake.onEndpointSliceAdd(slice('web-a', 'web', [{ addresses: ['10.0.0.1'], nodeName: 'node-b' }]));
+  intake.onEndpointSliceAdd(
     slice('lb-a', 'lb', [
       {
         addresses: ['10.0.1.1'],
@@ -251,12 +251,12 @@ test('terminating fallback and traffic policies reach the snapshot', () => {
 });
 
 test('dual-stack service gets IPv4 and IPv6 slices; single-stack only its own', () => {
-  const { state } = setup();
-  state.onServiceAdd(svc('dual', { clusterIP: '10.96.0.5', clusterIPs: ['10.96.0.5', 'fd00::5'] }));
-  state.onServiceAdd(svc('v4'));
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('dual', { clusterIP: '10.96.0.5', clusterIPs: ['10.96.0.5', 'fd00::5'] }));
+  intake.onServiceAdd(svc('v4'));
   for (const s of ['dual', 'v4']) {
-    state.onEndpointSliceAdd(slice(`${s}-4`, s, ['10.0.0.1']));
-    state.onEndpointSliceAdd(slice(`${s}-6`, s, ['fd00::1'], { addressType: 'IPv6' }));
+    intake.onEndpointSliceAdd(slice(`${s}-4`, s, ['10.0.0.1']));
+    intake.onEndpointSliceAdd(slice(`${s}-6`, s, ['fd00::1'], { addressType: 'IPv6' }));
   }
   const snap = state.checkout();
   assert.deepEqual(snap.servicePorts.get(key('dual'))?.clusterIPs, ['10.96.0.5', 'fd00::5']);
@@ -265,53 +265,53 @@ test('dual-stack service gets IPv4 and IPv6 slices; single-stack only its own', 
 });
 
 test('a zone change recomputes every service; another node is ignored', () => {
-  const { state, changes } = setup();
+  const { state, intake, changes } = setup();
   const hinted = (ip: string, zone: string): EndpointSliceEndpoint => ({
     addresses: [ip],
     hints: { forZones: [{ name: zone }] },
   });
-  state.onServiceAdd(svc('web'));
-  state.onServiceAdd(svc('plain', { clusterIP: '10.96.0.9' }));
-  state.onEndpointSliceAdd(slice('web-a', 'web', [hinted('10.0.0.1', 'z1'), hinted('10.0.0.2', 'z2')]));
-  state.onEndpointSliceAdd(slice('plain-a', 'plain', ['10.0.0.9']));
+  intake.onServiceAdd(svc('web'));
+  intake.onServiceAdd(svc('plain', { clusterIP: '10.96.0.9' }));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', [hinted('10.0.0.1', 'z1'), hinted('10.0.0.2', 'z2')]));
+  intake.onEndpointSliceAdd(slice('plain-a', 'plain', ['10.0.0.9']));
   assert.deepEqual(eps(state.checkout(), key('web')), ['10.0.0.1:8080', '10.0.0.2:8080']);
 
   const before = changes();
-  state.onNodeUpdate(node('z2', 'node-b'));
+  intake.onNodeUpdate(node('z2', 'node-b'));
   assert.equal(changes(), before);
-  state.onNodeUpdate(node('z2'));
+  intake.onNodeUpdate(node('z2'));
   assert.equal(state.nodeZone, 'z2');
   assert.equal(changes(), before + 1);
   const s1 = state.checkout();
   assert.deepEqual(eps(s1, key('web')), ['10.0.0.2:8080']);
   assert.deepEqual(sorted(s1.changedEndpoints), [key('web')]);
 
-  state.onNodeUpdate(node('z2'));
+  intake.onNodeUpdate(node('z2'));
   assert.equal(changes(), before + 1, 'same zone: nothing to do');
-  state.onNodeDelete(node('z2'));
+  intake.onNodeDelete(node('z2'));
   assert.deepEqual(eps(state.checkout(), key('web')), ['10.0.0.1:8080', '10.0.0.2:8080']);
 });
 
 test('trigger times: parsed from non-delete updates that change something, cleared by a delete', () => {
-  const { state } = setup();
-  state.onServiceAdd(svc('web'));
-  state.onEndpointSliceAdd(
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onEndpointSliceAdd(
     slice('web-a', 'web', ['10.0.0.1'], { trigger: '2024-05-06T07:08:09.123456789Z' }),
   );
-  state.onEndpointSliceAdd(slice('web-b', 'web', ['10.0.0.2'], { trigger: '2024-05-06T07:08:10Z' }));
-  state.onEndpointSliceAdd(slice('api-a', 'api', ['10.0.0.3'], { trigger: '2024-05-06T07:08:11+01:00' }));
-  state.onEndpointSliceAdd(slice('api-a', 'api', ['10.0.0.3'], { trigger: '2024-05-06T07:08:12Z' }));
+  intake.onEndpointSliceAdd(slice('web-b', 'web', ['10.0.0.2'], { trigger: '2024-05-06T07:08:10Z' }));
+  intake.onEndpointSliceAdd(slice('api-a', 'api', ['10.0.0.3'], { trigger: '2024-05-06T07:08:11+01:00' }));
+  intake.onEndpointSliceAdd(slice('api-a', 'api', ['10.0.0.3'], { trigger: '2024-05-06T07:08:12Z' }));
   assert.deepEqual([...state.checkout().triggerTimes].sort(), [
     Date.UTC(2024, 4, 6, 6, 8, 11),
     Date.UTC(2024, 4, 6, 7, 8, 9, 123),
     Date.UTC(2024, 4, 6, 7, 8, 10),
   ]);
   assert.deepEqual(state.checkout().triggerTimes, []);
-  state.onEndpointSliceUpdate(
+  intake.onEndpointSliceUpdate(
     slice('web-a', 'web', []),
     slice('web-a', 'web', ['10.0.0.5'], { trigger: '2024-05-06T07:09:00Z' }),
   );
-  state.onEndpointSliceDelete(slice('web-b', 'web', [], { trigger: '2024-05-06T07:09:01Z' }));
+  intake.onEndpointSliceDelete(slice('web-b', 'web', [], { trigger: '2024-05-06T07:09:01Z' }));
   assert.deepEqual(state.checkout().triggerTimes, []);
 });
 
@@ -331,13 +331,13 @@ test('startTimeMs drops trigger times that predate the tracker', () => {
 });
 
 test('bad objects are skipped with one warning; the rest still appear', () => {
-  const { state, warnings } = setup();
-  state.onServiceAdd(svc('web'));
-  state.onServiceAdd(svc('bad', { ports: [{ name: 'http', protocol: 'TCP', port: 0 }] }));
-  state.onServiceAdd({ metadata: { namespace: 'ns' }, spec: {} } as Service);
-  state.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
-  state.onEndpointSliceAdd({ ...slice('web-b', 'web', ['10.0.0.2']), addressType: 'IPv5' });
-  state.onEndpointSliceAdd(slice('web-c', 'web', ['10.0.0.300', '10.0.0.3']));
+  const { state, intake, warnings } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onServiceAdd(svc('bad', { ports: [{ name: 'http', protocol: 'TCP', port: 0 }] }));
+  intake.onServiceAdd({ metadata: { namespace: 'ns' }, spec: {} } as Service);
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  intake.onEndpointSliceAdd({ ...slice('web-b', 'web', ['10.0.0.2']), addressType: 'IPv5' });
+  intake.onEndpointSliceAdd(slice('web-c', 'web', ['10.0.0.300', '10.0.0.3']));
   const snap = state.checkout();
   assert.deepEqual([...snap.servicePorts.keys()], [key('web')]);
   assert.deepEqual(eps(snap, key('web')), ['10.0.0.1:8080', '10.0.0.3:8080']);
@@ -356,14 +356,14 @@ test('bad objects are skipped with one warning; the rest still appear', () => {
 });
 
 test('a bad update keeps the last good version, warns once, and a delete still removes it', () => {
-  const { state, warnings } = setup();
-  state.onServiceAdd(svc('web'));
-  state.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  const { state, intake, warnings } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
   state.checkout();
   const bad = svc('web', { sessionAffinity: 'Sticky' });
-  state.onServiceUpdate(svc('web'), bad);
-  state.onServiceUpdate(bad, bad);
-  state.onEndpointSliceUpdate(slice('web-a', 'web', []), {
+  intake.onServiceUpdate(svc('web'), bad);
+  intake.onServiceUpdate(bad, bad);
+  intake.onEndpointSliceUpdate(slice('web-a', 'web', []), {
     ...slice('web-a', 'web', ['10.0.0.2']),
     endpoints: 'x',
   } as never);
@@ -373,21 +373,21 @@ test('a bad update keeps the last good version, warns once, and a delete still r
   assert.equal(s1.servicePorts.get(key('web'))?.sessionAffinity, 'None');
   assert.deepEqual(eps(s1, key('web')), ['10.0.0.1:8080']);
 
-  state.onServiceDelete(bad);
-  state.onEndpointSliceDelete(slice('web-a', 'web', []));
+  intake.onServiceDelete(bad);
+  intake.onEndpointSliceDelete(slice('web-a', 'web', []));
   const s2 = state.checkout();
   assert.equal(s2.servicePorts.size, 0);
   assert.equal(s2.endpoints.size, 0);
 });
 
 test('objects labelled for another proxy are treated as absent', () => {
-  const { state } = setup();
-  state.onServiceAdd(svc('web'));
-  state.onServiceAdd(svc('other', {}, { 'service.kubernetes.io/service-proxy-name': 'foo' }));
-  state.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onServiceAdd(svc('other', {}, { 'service.kubernetes.io/service-proxy-name': 'foo' }));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
   assert.deepEqual([...state.checkout().servicePorts.keys()], [key('web')]);
-  state.onServiceUpdate(svc('web'), svc('web', {}, { 'service.kubernetes.io/service-proxy-name': 'foo' }));
-  state.onEndpointSliceUpdate(
+  intake.onServiceUpdate(svc('web'), svc('web', {}, { 'service.kubernetes.io/service-proxy-name': 'foo' }));
+  intake.onEndpointSliceUpdate(
     slice('web-a', 'web', []),
     slice('web-a', 'web', ['10.0.0.1'], { labels: { 'service.kubernetes.io/headless': '' } }),
   );
@@ -397,20 +397,20 @@ test('objects labelled for another proxy are treated as absent', () => {
 });
 
 test('incremental: one change among 10,000 services reports just that service', () => {
-  const { state } = setup();
+  const { state, intake } = setup();
   const N = 10_000;
   const ip = (i: number, host: number) => `10.${(i >> 8) & 255}.${i & 255}.${host}`;
   for (let i = 0; i < N; i++) {
-    state.onServiceAdd(svc(`s${i}`, { clusterIP: `10.96.${(i >> 8) & 255}.${i & 255}` }));
-    state.onEndpointSliceAdd(slice(`s${i}-a`, `s${i}`, [ip(i, 1), ip(i, 2)]));
+    intake.onServiceAdd(svc(`s${i}`, { clusterIP: `10.96.${(i >> 8) & 255}.${i & 255}` }));
+    intake.onEndpointSliceAdd(slice(`s${i}-a`, `s${i}`, [ip(i, 1), ip(i, 2)]));
   }
-  state.onServicesSynced();
-  state.onEndpointSlicesSynced();
+  intake.onServicesSynced();
+  intake.onEndpointSlicesSynced();
   const s0 = state.checkout();
   assert.equal(s0.servicePorts.size, N);
   assert.equal(s0.changedEndpoints.size, N);
 
-  state.onEndpointSliceUpdate(slice('s42-a', 's42', []), slice('s42-a', 's42', [ip(42, 1)]));
+  intake.onEndpointSliceUpdate(slice('s42-a', 's42', []), slice('s42-a', 's42', [ip(42, 1)]));
   const s1 = state.checkout();
   assert.deepEqual([...s1.changedEndpoints], [key('s42')]);
   assert.equal(s1.changedServicePorts.size, 0);
@@ -418,7 +418,7 @@ test('incremental: one change among 10,000 services reports just that service', 
   assert.deepEqual(eps(s1, key('s42')), [`${ip(42, 1)}:8080`]);
   assert.equal(s1.endpoints.get(key('s43')), s0.endpoints.get(key('s43')));
 
-  state.onServiceUpdate(svc('s7'), svc('s7', { clusterIP: '10.96.0.7', sessionAffinity: 'ClientIP' }));
+  intake.onServiceUpdate(svc('s7'), svc('s7', { clusterIP: '10.96.0.7', sessionAffinity: 'ClientIP' }));
   const s2 = state.checkout();
   assert.deepEqual([...s2.changedServicePorts], [key('s7')]);
   assert.equal(s2.changedEndpoints.size, 0);
@@ -427,23 +427,23 @@ test('incremental: one change among 10,000 services reports just that service', 
 });
 
 test('onlyEndpointsPending: true for slice changes alone, false once a Service or the zone changes', () => {
-  const { state } = setup();
-  state.onServicesSynced();
-  state.onEndpointSlicesSynced();
+  const { state, intake } = setup();
+  intake.onServicesSynced();
+  intake.onEndpointSlicesSynced();
   assert.equal(state.onlyEndpointsPending, false);
-  state.onServiceAdd(svc('a'));
-  state.onEndpointSliceAdd(slice('a-1', 'a', ['10.0.0.1']));
+  intake.onServiceAdd(svc('a'));
+  intake.onEndpointSliceAdd(slice('a-1', 'a', ['10.0.0.1']));
   assert.equal(state.onlyEndpointsPending, false, 'a Service is pending');
   state.checkout();
   assert.equal(state.onlyEndpointsPending, false, 'nothing is pending');
-  state.onEndpointSliceUpdate(slice('a-1', 'a', ['10.0.0.1']), slice('a-1', 'a', ['10.0.0.2']));
+  intake.onEndpointSliceUpdate(slice('a-1', 'a', ['10.0.0.1']), slice('a-1', 'a', ['10.0.0.2']));
   assert.equal(state.onlyEndpointsPending, true);
   const snap = state.checkout();
   assert.deepEqual(sorted(snap.changedEndpoints), [key('a')]);
   assert.equal(snap.changedServicePorts.size, 0);
   assert.deepEqual(eps(snap, key('a')), ['10.0.0.2:8080']);
   assert.equal(state.onlyEndpointsPending, false);
-  state.onEndpointSliceUpdate(slice('a-1', 'a', ['10.0.0.2']), slice('a-1', 'a', ['10.0.0.3']));
-  state.onNodeUpdate(node('zone-b'));
+  intake.onEndpointSliceUpdate(slice('a-1', 'a', ['10.0.0.2']), slice('a-1', 'a', ['10.0.0.3']));
+  intake.onNodeUpdate(node('zone-b'));
   assert.equal(state.onlyEndpointsPending, false, 'the zone changed');
 });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { ANNOTATION_TRACE } from '../../src/lib/kubernetes-labels.ts';
 import type { Service } from '../../src/source/objects.ts';
-import { ANNOTATION_TRACE } from '../../src/source/objects.ts';
 import type { ServicePort, ServicePortKey, ServicePortName } from '../../src/state/service-port.ts';
 import {
   clusterIPsOf,

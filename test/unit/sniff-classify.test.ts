@@ -32,11 +32,11 @@ function started(transport: 'tcp' | 'udp', events?: SniffEvent[]): Sniffer {
   const feed = (fromClient: boolean, buf: Buffer, now: number): void => {
     if (inner === undefined) inner = startSniffer(limits, transport, fromClient, buf, now);
     else if (fromClient) inner.onClientData(buf, now);
-    else inner.onServerData(buf, now);
+    else inner.onEndpointData(buf, now);
   };
   return {
     onClientData: (buf, now) => feed(true, buf, now),
-    onServerData: (buf, now) => feed(false, buf, now),
+    onEndpointData: (buf, now) => feed(false, buf, now),
     get done() {
       return inner?.done ?? false;
     },
@@ -216,7 +216,7 @@ test('startSniffer: the same info, events and done as createSniffer, for every c
           for (const sn of [want, got]) {
             if (sn.done) continue;
             if (step.from === 'client') sn.onClientData(Buffer.from(part), 1000);
-            else sn.onServerData(Buffer.from(part), 1000);
+            else sn.onEndpointData(Buffer.from(part), 1000);
           }
           assert.equal(got.done, want.done, conv.name);
         }
@@ -269,7 +269,7 @@ test('classify: nothing yet, too little yet, then decided', () => {
   sn.onClientData(Buffer.from('GE'), 1);
   assert.deepEqual([sn.info(), sn.done], [{ protocol: 'unknown', reason: 'incomplete' }, false]);
   // The server speaking while the client is undecided: held, then replayed after the client's bytes.
-  sn.onServerData(Buffer.from('HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n'), 2);
+  sn.onEndpointData(Buffer.from('HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n'), 2);
   sn.onClientData(Buffer.from('T /late HTTP/1.1\r\nHost: h\r\n\r\n'), 3);
   const info = sn.info();
   assert.equal(info.protocol, 'http1');
@@ -277,7 +277,7 @@ test('classify: nothing yet, too little yet, then decided', () => {
 
   const overflow = tcp();
   overflow.onClientData(Buffer.from('*'), 1);
-  overflow.onServerData(Buffer.alloc(5000), 2);
+  overflow.onEndpointData(Buffer.alloc(5000), 2);
   assert.deepEqual([overflow.info(), overflow.done], [{ protocol: 'unknown', reason: 'incomplete' }, true]);
 });
 
@@ -300,13 +300,13 @@ test('classify: fuzz with random first bytes on both sides never throws and sett
         : Buffer.concat([seed.subarray(0, Math.floor(rand() * seed.length)), randomBytes(rand, 16)]);
     const fromServer = rand() < 0.3;
     for (const part of randomChunks(rand, first)) {
-      if (fromServer) sn.onServerData(part, i);
+      if (fromServer) sn.onEndpointData(part, i);
       else sn.onClientData(part, i);
     }
     for (const part of randomChunks(rand, randomBytes(rand, 256))) {
       if (sn.done) break;
       if (fromServer) sn.onClientData(part, i);
-      else sn.onServerData(part, i);
+      else sn.onEndpointData(part, i);
     }
     const info: AppInfo = sn.info();
     assert.ok(typeof info.protocol === 'string');

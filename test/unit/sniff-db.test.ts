@@ -351,7 +351,7 @@ test('fuzz: mutated Postgres, MySQL and Redis messages and random bytes never th
     for (const s of steps) {
       for (const part of randomChunks(rand, s.bytes)) {
         if (s.from === 'client') sn.onClientData(part, i);
-        else sn.onServerData(part, i);
+        else sn.onEndpointData(part, i);
       }
     }
     assert.doesNotThrow(() => JSON.stringify(sn.info()));

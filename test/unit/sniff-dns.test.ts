@@ -175,7 +175,7 @@ test('real node:dns queries over UDP: qname, qtype, rcode, answers and latency m
   for (const q of queries) {
     sn.onClientData(q, t);
     const rcode = q.includes(Buffer.from('missing')) ? 3 : 0;
-    sn.onServerData(response(q, rcode, rcode === 0 ? 1 : 0), t + 3);
+    sn.onEndpointData(response(q, rcode, rcode === 0 ? 1 : 0), t + 3);
     t += 10;
   }
   const info = dnsInfo(sn.info());
@@ -245,9 +245,9 @@ test('bounded: maxRequests queries recorded, unanswered ones do not keep it aliv
   const sn = new DnsSniffer('udp', { ...limits, maxRequests: 2 });
   sn.onClientData(query(1, 'a', 1), 0);
   sn.onClientData(query(2, 'b', 1), 0);
-  sn.onServerData(response(query(1, 'a', 1), 0, 1), 1);
+  sn.onEndpointData(response(query(1, 'a', 1), 0, 1), 1);
   assert.equal(sn.done, false); // query 2 still outstanding
-  sn.onServerData(response(query(2, 'b', 1), 0, 1), 2);
+  sn.onEndpointData(response(query(2, 'b', 1), 0, 1), 2);
   assert.equal(sn.done, true);
   const silent = new DnsSniffer('udp', { ...limits, maxRequests: 2 });
   for (let i = 0; i < 3; i++) silent.onClientData(query(i, 'x', 1), 0);
@@ -257,7 +257,7 @@ test('bounded: maxRequests queries recorded, unanswered ones do not keep it aliv
   assert.equal(dnsInfo(silent.info()).exchanges.length, 2);
   // A response nobody asked for is counted, not matched.
   const stray = new DnsSniffer('udp', limits);
-  stray.onServerData(response(query(5, 'z', 1), 0, 0), 0);
+  stray.onEndpointData(response(query(5, 'z', 1), 0, 0), 0);
   assert.deepEqual([dnsInfo(stray.info()).unmatched, dnsInfo(stray.info()).exchanges.length], [1, 0]);
 });
 
@@ -272,11 +272,11 @@ test('fuzz: random datagrams and mutated real messages never throw', () => {
     parseDnsMessage(bytes);
     const udp = createSniffer({ protocol: 'udp' });
     udp.onClientData(i % 3 === 0 ? q : bytes, i);
-    udp.onServerData(bytes, i);
+    udp.onEndpointData(bytes, i);
     udp.info();
     const tcp = new DnsSniffer('tcp', limits);
     for (const part of randomChunks(rand, Buffer.concat([tcpFrame(q), bytes]))) tcp.onClientData(part, i);
-    for (const part of randomChunks(rand, bytes)) tcp.onServerData(part, i);
+    for (const part of randomChunks(rand, bytes)) tcp.onEndpointData(part, i);
     tcp.info();
   }
 });

@@ -185,9 +185,9 @@ test('real node:http and undici keep-alive conversation: request lines, Host, st
 test('times: ttfb from the request line to the first response byte, duration to the last', () => {
   const sn = sniffer();
   sn.onClientData(Buffer.from('GET /a HTTP/1.1\r\nHost: h\r\n\r\n'), 100);
-  sn.onServerData(Buffer.from('HTTP/1.1 100 Continue\r\n\r\n'), 110);
-  sn.onServerData(Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab'), 130);
-  sn.onServerData(Buffer.from('cd'), 150);
+  sn.onEndpointData(Buffer.from('HTTP/1.1 100 Continue\r\n\r\n'), 110);
+  sn.onEndpointData(Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab'), 130);
+  sn.onEndpointData(Buffer.from('cd'), 150);
   const x = http1(sn.info()).exchanges[0]!;
   assert.deepEqual([x.startMs, x.status, x.ttfbMs, x.durationMs], [100, 200, 10, 50]);
 });
@@ -226,9 +226,9 @@ test('bounded: maxRequests recorded, the rest counted; then done', () => {
   // 20 pipelined requests: 16 recorded, all 20 counted, done once all answered.
   const pipelined = sniffer(undefined, 16);
   pipelined.onClientData(Buffer.from(Array.from({ length: 20 }, (_, i) => req(i)).join('')), 1);
-  for (let i = 0; i < 19; i++) pipelined.onServerData(Buffer.from(res), 2);
+  for (let i = 0; i < 19; i++) pipelined.onEndpointData(Buffer.from(res), 2);
   assert.equal(pipelined.done, false);
-  pipelined.onServerData(Buffer.from(res), 2);
+  pipelined.onEndpointData(Buffer.from(res), 2);
   assert.equal(pipelined.done, true);
   const p = http1(pipelined.info());
   assert.equal(p.exchanges.length, 16);
@@ -240,7 +240,7 @@ test('bounded: maxRequests recorded, the rest counted; then done', () => {
   for (let i = 0; i < 4; i++) {
     assert.equal(seq.done, false);
     seq.onClientData(Buffer.from(req(i)), 1);
-    seq.onServerData(Buffer.from(res), 2);
+    seq.onEndpointData(Buffer.from(res), 2);
   }
   assert.equal(seq.done, true);
 
@@ -249,7 +249,7 @@ test('bounded: maxRequests recorded, the rest counted; then done', () => {
   const counting = sniffer(events, 4, true);
   for (let i = 0; i < 50; i++) {
     counting.onClientData(Buffer.from(req(i)), 1);
-    counting.onServerData(Buffer.from(res), 2);
+    counting.onEndpointData(Buffer.from(res), 2);
   }
   const k = http1(counting.info());
   assert.equal(counting.done, false);
@@ -348,7 +348,7 @@ test('fuzz: mutated real requests and random chunking never throw; secrets never
     const client = mutate(rand, Buffer.concat([base[0]!, base[1]!, base[0]!]));
     const server = mutate(rand, Buffer.concat([base[2]!, base[2]!]));
     for (const part of randomChunks(rand, client)) sn.onClientData(part, i);
-    for (const part of randomChunks(rand, server)) sn.onServerData(part, i);
+    for (const part of randomChunks(rand, server)) sn.onEndpointData(part, i);
     const info = sn.info();
     const text = JSON.stringify([info, events]);
     // A mutation can break a header name (then its value is skipped), never reveal it.

@@ -242,7 +242,8 @@ test('fuzz: random and mutated hellos never throw and stay bounded', async () =>
         ? Buffer.concat([Buffer.from([0x16, 0x03, 0x01]), randomBytes(rand, 200)])
         : mutate(rand, hello);
     for (const part of randomChunks(rand, bytes)) sn.onClientData(part, i);
-    for (const part of randomChunks(rand, mutate(rand, serverHello(0x0304, 'h2')))) sn.onServerData(part, i);
+    for (const part of randomChunks(rand, mutate(rand, serverHello(0x0304, 'h2'))))
+      sn.onEndpointData(part, i);
     const info = sn.info();
     if (info.protocol === 'tls') {
       assert.ok(info.alpn.length <= 16);

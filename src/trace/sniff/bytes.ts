@@ -6,7 +6,7 @@
  * view of that chunk (valid only until the caller returns: never keep it); otherwise they are copied into an
  * internal buffer of `need` bytes, so callers must cap `need`.
  */
-export class Collector {
+export class ByteCollector {
   #buf: Buffer | undefined = undefined;
   #view: Buffer | undefined = undefined;
   #have = 0;

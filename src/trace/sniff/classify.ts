@@ -30,7 +30,7 @@ type Decision = 'tls' | 'h2c' | 'http1' | 'redis' | 'postgres' | 'dns' | 'mysql'
 const CONNECT = 'CONNECT';
 
 /** An HTTP/1 request line start: upper-case method, SP, then an origin, asterisk or absolute target. */
-export function looksLikeHttpRequest(buf: Buffer, off: number, end: number): 'yes' | 'no' | 'more' {
+function looksLikeHttpRequest(buf: Buffer, off: number, end: number): 'yes' | 'no' | 'more' {
   let p = off;
   for (; p < end && p - off <= 24; p++) {
     const c = buf[p]!;
@@ -177,9 +177,9 @@ class ClassifyingSniffer implements Sniffer {
     this.#arrived(true, buf, nowMs);
   }
 
-  onServerData(buf: Buffer, nowMs: number): void {
+  onEndpointData(buf: Buffer, nowMs: number): void {
     if (this.#delegate !== undefined) {
-      this.#delegate.onServerData(buf, nowMs);
+      this.#delegate.onEndpointData(buf, nowMs);
       return;
     }
     if (this.#unknown !== undefined || buf.length === 0 || this.#udp) return;
@@ -228,7 +228,7 @@ class ClassifyingSniffer implements Sniffer {
     this.#start(d, fromClient, undefined, nowMs);
     if (rest !== undefined && this.#delegate !== undefined) {
       if (fromClient) this.#delegate.onClientData(rest, nowMs);
-      else this.#delegate.onServerData(rest, nowMs);
+      else this.#delegate.onEndpointData(rest, nowMs);
     }
   }
 
@@ -252,7 +252,7 @@ class ClassifyingSniffer implements Sniffer {
   #feed(s: Sniffer, fromClient: boolean, buf: Buffer, nowMs: number): void {
     if (s.done) return;
     if (fromClient) s.onClientData(buf, nowMs);
-    else s.onServerData(buf, nowMs);
+    else s.onEndpointData(buf, nowMs);
   }
 
   #create(d: Decision): Sniffer {
@@ -270,7 +270,7 @@ class ClassifyingSniffer implements Sniffer {
 const UNRECOGNIZED: Sniffer = Object.freeze({
   done: true,
   onClientData(): void {},
-  onServerData(): void {},
+  onEndpointData(): void {},
   info: (): AppInfo => ({ protocol: 'unknown', reason: 'unrecognized' }),
 });
 
@@ -306,7 +306,7 @@ export function startSniffer(
   if (d === 'no') return UNRECOGNIZED;
   const s = d === 'more' ? new ClassifyingSniffer(false, limits) : protocolSniffer(d, transport, limits);
   if (fromClient) s.onClientData(buf, nowMs);
-  else s.onServerData(buf, nowMs);
+  else s.onEndpointData(buf, nowMs);
   return s;
 }
 

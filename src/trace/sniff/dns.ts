@@ -1,6 +1,6 @@
 // DNS sniffer: header and first question of each message, responses matched to queries by ID, over UDP
 // (one message per datagram) and TCP (2-byte length prefix). Pure: no I/O; never throws; bounded memory.
-import { Collector } from './bytes.ts';
+import { ByteCollector } from './bytes.ts';
 import type { DnsExchange, DnsInfo, Sniffer, SniffLimits } from './types.ts';
 
 /** The header and first question of one DNS message. */
@@ -198,8 +198,8 @@ type MutableExchange = { -readonly [K in keyof DnsExchange]: DnsExchange[K] };
 
 /** One direction of DNS over TCP: a length prefix, then the message. */
 class TcpFraming {
-  readonly prefix = new Collector();
-  readonly body = new Collector();
+  readonly prefix = new ByteCollector();
+  readonly body = new ByteCollector();
   inBody = false;
   /** Bytes to drop now: the tail of a message longer than TCP_KEEP. */
   skip = 0;
@@ -241,7 +241,7 @@ export class DnsSniffer implements Sniffer {
     else this.#frames(this.#client, false, buf, nowMs);
   }
 
-  onServerData(buf: Buffer, nowMs: number): void {
+  onEndpointData(buf: Buffer, nowMs: number): void {
     if (this.#server === undefined) this.#message(true, buf, 0, buf.length, nowMs);
     else this.#frames(this.#server, true, buf, nowMs);
   }

@@ -19,7 +19,7 @@ export class H2cSniffer implements Sniffer {
 
   onClientData(_buf: Buffer, _nowMs: number): void {}
 
-  onServerData(_buf: Buffer, _nowMs: number): void {}
+  onEndpointData(_buf: Buffer, _nowMs: number): void {}
 
   info(): H2cInfo {
     return { protocol: 'h2c' };

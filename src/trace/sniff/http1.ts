@@ -5,7 +5,7 @@ import { equalsLower, latin1 } from './bytes.ts';
 import type { Http1Info, HttpExchange, Sniffer, SniffLimits } from './types.ts';
 
 /** Longest line we will hold (request line, a kept header, a chunk-size line). */
-export const MAX_LINE = 8192;
+const MAX_LINE = 8192;
 const MAX_PIPELINE = 256;
 const MAX_PATH = 1024;
 const MAX_HOST = 255;
@@ -143,7 +143,7 @@ export class Http1Sniffer implements Sniffer {
     if (!this.done) this.#feed(this.#req, buf, nowMs);
   }
 
-  onServerData(buf: Buffer, nowMs: number): void {
+  onEndpointData(buf: Buffer, nowMs: number): void {
     if (!this.done) this.#feed(this.#res, buf, nowMs);
   }
 

@@ -1,7 +1,7 @@
 // MySQL sniffer: the server speaks first (greeting: protocol 10, server version), then the client's
 // HandshakeResponse (user, database, SSL request; never the auth response) and the server's verdict, or the
 // TLS hellos after an SSLRequest. Pure: no I/O; never throws; bounded memory.
-import { Collector, indexOfNul, latin1 } from './bytes.ts';
+import { ByteCollector, indexOfNul, latin1 } from './bytes.ts';
 import { TlsSniffer } from './tls.ts';
 import type { MysqlInfo, Sniffer } from './types.ts';
 
@@ -27,8 +27,8 @@ export function looksLikeMysqlGreeting(buf: Buffer, off: number, end: number): '
 
 /** Splits one direction into packets, keeping at most KEEP bytes of each payload. */
 class PacketReader {
-  readonly #head = new Collector();
-  readonly #body = new Collector();
+  readonly #head = new ByteCollector();
+  readonly #body = new ByteCollector();
   #inBody = false;
   #skip = 0;
   #after = 0;
@@ -182,9 +182,9 @@ export class MysqlSniffer implements Sniffer {
     }
   }
 
-  onServerData(buf: Buffer, nowMs: number): void {
+  onEndpointData(buf: Buffer, nowMs: number): void {
     if (this.#tls !== undefined) {
-      this.#tls.onServerData(buf, nowMs);
+      this.#tls.onEndpointData(buf, nowMs);
       return;
     }
     if (this.#finished) return;

@@ -1,7 +1,7 @@
 // PostgreSQL sniffer: SSLRequest/GSSENCRequest/CancelRequest and the StartupMessage (user, database,
 // application_name; passwords never travel there), the server's first auth answer, and the TLS hello after
 // an accepted SSLRequest. Pure: no I/O; never throws; bounded memory.
-import { Collector, indexOfNul, latin1 } from './bytes.ts';
+import { ByteCollector, indexOfNul, latin1 } from './bytes.ts';
 import { TlsSniffer } from './tls.ts';
 import type { PostgresInfo, Sniffer } from './types.ts';
 
@@ -71,9 +71,9 @@ function parseParams(b: Buffer, out: Fields): void {
 
 /** Sniffs a PostgreSQL connection until the server's first auth answer (or the TLS hellos). */
 export class PostgresSniffer implements Sniffer {
-  readonly #len = new Collector();
-  readonly #body = new Collector();
-  readonly #server = new Collector();
+  readonly #len = new ByteCollector();
+  readonly #body = new ByteCollector();
+  readonly #server = new ByteCollector();
   #client = C_MESSAGE;
   #serverPhase = V_NONE;
   #fields: Fields = {};
@@ -121,9 +121,9 @@ export class PostgresSniffer implements Sniffer {
     }
   }
 
-  onServerData(buf: Buffer, nowMs: number): void {
+  onEndpointData(buf: Buffer, nowMs: number): void {
     if (this.#serverPhase === V_TLS) {
-      this.#tls!.onServerData(buf, nowMs);
+      this.#tls!.onEndpointData(buf, nowMs);
       return;
     }
     if (buf.length === 0) return;
@@ -138,7 +138,7 @@ export class PostgresSniffer implements Sniffer {
         this.#tls = new TlsSniffer();
         this.#client = C_TLS;
         this.#serverPhase = V_TLS;
-        if (buf.length > 1) this.#tls.onServerData(buf.subarray(1), nowMs);
+        if (buf.length > 1) this.#tls.onEndpointData(buf.subarray(1), nowMs);
         return;
       }
       if (c === 0x4e /* N */) {

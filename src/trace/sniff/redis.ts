@@ -214,7 +214,7 @@ export class RedisSniffer implements Sniffer {
     }
   }
 
-  onServerData(_buf: Buffer, _nowMs: number): void {}
+  onEndpointData(_buf: Buffer, _nowMs: number): void {}
 
   info(): RedisInfo {
     return {

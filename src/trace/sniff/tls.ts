@@ -1,10 +1,10 @@
 // TLS sniffer: SNI, ALPN and versions from the ClientHello (across records and chunks, up to 16 KiB), and
 // the version/ALPN the ServerHello picked. Pure: no I/O; never throws; bounded memory.
-import { Collector } from './bytes.ts';
+import { ByteCollector } from './bytes.ts';
 import type { Sniffer, TlsInfo } from './types.ts';
 
 /** Envoy's tls_inspector gives up at the same size. */
-export const MAX_HELLO_BYTES = 16384;
+const MAX_HELLO_BYTES = 16384;
 const MAX_RECORD = 16384 + 2048;
 const MAX_NAME = 255;
 const MAX_ALPN = 16;
@@ -12,7 +12,7 @@ const HANDSHAKE = 0x16;
 const ALERT = 0x15;
 
 /** `TLS1.2`, `TLS1.3`, ... or `0x7f1c` for anything else. */
-export function tlsVersionName(v: number): string {
+function tlsVersionName(v: number): string {
   switch (v) {
     case 0x0304:
       return 'TLS1.3';
@@ -77,10 +77,10 @@ class HelloReader {
   malformed = false;
   alert: number | undefined = undefined;
   readonly #type: number;
-  readonly #record = new Collector();
-  readonly #hsHeader = new Collector();
-  readonly #hsBody = new Collector();
-  readonly #alertBody = new Collector();
+  readonly #record = new ByteCollector();
+  readonly #hsHeader = new ByteCollector();
+  readonly #hsBody = new ByteCollector();
+  readonly #alertBody = new ByteCollector();
   #inAlert = false;
   #recordLeft = 0;
   #bodyStarted = false;
@@ -303,7 +303,7 @@ export class TlsSniffer implements Sniffer {
     this.#complete = this.#hello.ok;
   }
 
-  onServerData(buf: Buffer, _nowMs: number): void {
+  onEndpointData(buf: Buffer, _nowMs: number): void {
     if (this.#server.phase === R_DONE) return;
     const body = this.#server.feed(buf);
     if (body === undefined) return;

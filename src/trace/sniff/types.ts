@@ -162,7 +162,7 @@ export type AppInfo =
   | RedisInfo
   | UnknownInfo;
 
-/** Per-request events, emitted synchronously from onClientData/onServerData as the bytes go by. */
+/** Per-request events, emitted synchronously from onClientData/onEndpointData as the bytes go by. */
 export type SniffEvent =
   | {
       readonly type: 'http-request';
@@ -220,7 +220,7 @@ export interface Sniffer {
   /** Bytes (TCP) or one datagram (UDP) from the client towards the endpoint. */
   onClientData(buf: Buffer, nowMs: number): void;
   /** Bytes (TCP) or one datagram (UDP) from the endpoint back to the client. */
-  onServerData(buf: Buffer, nowMs: number): void;
+  onEndpointData(buf: Buffer, nowMs: number): void;
   /** True once it wants no more bytes: the relay stops calling it, so the steady-state cost is nothing. */
   readonly done: boolean;
   /** A fresh snapshot of what is known so far (also after done). */

@@ -1,0 +1,287 @@
+// What runs for one service port: its primary listener (the cluster-wide list, or the local one when
+// it is the only one used), the local list's second listener when it uses both, their per-family
+// balancers, and what the rules know of its endpoints. Binds through the port binder; writes no rules.
+import type { Logger } from '../lib/log.ts';
+import type { OutlierOptions } from '../loadbalancer/outlier.ts';
+import type { ConnectionObserver } from '../relay/observer.ts';
+import type { ServicePortContext, ServicePortStats } from '../relay/service-context.ts';
+import { newServicePortStats } from '../relay/service-context.ts';
+import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
+import { type ServicePort, usesClusterEndpoints, usesLocalEndpoints } from '../state/service-port.ts';
+import {
+  cleanupFamilyAffinity,
+  familyEndpoints,
+  newFamilyBalancers,
+  primaryFamily,
+  setFamilyAffinity,
+  setFamilyEndpoints,
+} from './family-balancers.ts';
+import type { PortBinder } from './port-binder.ts';
+import { type FamilyPortalEndpoints, portalEndpoints } from './portal-endpoints.ts';
+import type { ServicePortListener } from './service-port-listener.ts';
+
+/** The state-file key of a service port's local-list listener: its own key plus `/local`. */
+export function localProxyPortKey(key: string): string {
+  return `${key}/local`;
+}
+
+/**
+ * True when a service port needs a second listener for its node-local endpoint list: it uses both the
+ * cluster-wide and the local list (a Local traffic policy beside a Cluster one, or beside the
+ * short-circuit of externalTrafficPolicy Local).
+ */
+export function needsLocalListener(sp: ServicePort): boolean {
+  return usesClusterEndpoints(sp) && usesLocalEndpoints(sp);
+}
+
+export type ServicePortStatus = {
+  servicePort: ServicePort;
+  proxyPort: number;
+  endpoints: readonly Endpoint[];
+  context: ServicePortContext;
+  /** The local list's listener, when the service port has a second one; 0 and [] otherwise. */
+  localProxyPort: number;
+  localEndpoints: readonly Endpoint[];
+  /** What the rules know of the endpoints, per family (REJECT / DROP when a list is empty). */
+  portalEndpoints: FamilyPortalEndpoints;
+};
+
+/** What a runtime needs besides its service port: where ports come from, balancer settings, the tracer. */
+export type RuntimeDeps = {
+  binder: PortBinder;
+  outlier: OutlierOptions | undefined;
+  observerFor: (sp: ServicePort) => ConnectionObserver;
+  log: Logger;
+};
+
+/** A listener and what it serves: the second one of a service port that uses both endpoint lists. */
+type PolicyListener = { context: ServicePortContext; listener: ServicePortListener; proxyPort: number };
+
+export class ServicePortRuntime {
+  servicePort: ServicePort;
+  /** The primary listener's context: the cluster-wide list (the local list when it is the only one used). */
+  readonly context: ServicePortContext;
+  readonly listener: ServicePortListener;
+  readonly proxyPort: number;
+  /** What the rules know of the endpoints (REJECT / DROP when a list is empty). */
+  endpoints: FamilyPortalEndpoints;
+  #local: PolicyListener | undefined;
+  readonly #deps: RuntimeDeps;
+
+  private constructor(
+    servicePort: ServicePort,
+    primary: PolicyListener,
+    local: PolicyListener | undefined,
+    endpoints: ServicePortEndpoints | undefined,
+    deps: RuntimeDeps,
+  ) {
+    this.servicePort = servicePort;
+    this.context = primary.context;
+    this.listener = primary.listener;
+    this.proxyPort = primary.proxyPort;
+    this.#local = local;
+    this.endpoints = portalEndpoints(endpoints);
+    this.#deps = deps;
+  }
+
+  /**
+   * Binds the listeners of `sp` (the primary on `planned` when given) with `endpoints` in their
+   * balancers. Throws the binder's error with every port given back.
+   */
+  static async open(
+    sp: ServicePort,
+    endpoints: ServicePortEndpoints | undefined,
+    deps: RuntimeDeps,
+    planned?: number,
+  ): Promise<ServicePortRuntime> {
+    const stats = newServicePortStats();
+    const observer = deps.observerFor(sp);
+    const context = newContext(sp, stats, observer, deps.outlier);
+    setFamilyEndpoints(context.balancers, primaryList(sp, endpoints));
+    const { listener, port } = await deps.binder.listen(context, sp.key, planned);
+    let local: PolicyListener | undefined;
+    if (needsLocalListener(sp)) {
+      try {
+        local = await openLocal(sp, stats, observer, endpoints, deps);
+      } catch (err) {
+        listener.destroy();
+        deps.binder.release(port);
+        throw err;
+      }
+    }
+    return new ServicePortRuntime(sp, { context, listener, proxyPort: port }, local, endpoints, deps);
+  }
+
+  /** The local list's proxy port; 0 without a second listener. */
+  get localProxyPort(): number {
+    return this.#local?.proxyPort ?? 0;
+  }
+
+  /** True when the second listener (the local list's) runs. */
+  get hasLocal(): boolean {
+    return this.#local !== undefined;
+  }
+
+  /** What external traffic (NodePort claims) is served from: the local list under externalTrafficPolicy Local. */
+  get externalContext(): ServicePortContext {
+    return this.servicePort.externalPolicyLocal && this.#local !== undefined
+      ? this.#local.context
+      : this.context;
+  }
+
+  /**
+   * Hands the listeners their lists; UDP sessions to endpoints that left are closed. True when what
+   * the rules know flipped (a list became empty or stopped being empty).
+   */
+  setEndpoints(eps: ServicePortEndpoints | undefined): boolean {
+    if (setFamilyEndpoints(this.context.balancers, primaryList(this.servicePort, eps)))
+      this.listener.endpointsChanged();
+    const local = this.#local;
+    if (local !== undefined && setFamilyEndpoints(local.context.balancers, eps?.local ?? []))
+      local.listener.endpointsChanged();
+    const flags = portalEndpoints(eps, this.endpoints);
+    if (flags === this.endpoints) return false;
+    this.endpoints = flags;
+    return true;
+  }
+
+  /**
+   * A changed service port of the same families: affinity and tracing are applied in place, and the
+   * endpoints (a policy change moves the primary listener between the lists). Returns setEndpoints'.
+   */
+  update(sp: ServicePort, eps: ServicePortEndpoints | undefined): boolean {
+    const before = this.servicePort;
+    this.servicePort = sp;
+    setFamilyAffinity(this.context.balancers, sp);
+    if (this.#local !== undefined) setFamilyAffinity(this.#local.context.balancers, sp);
+    if (before.trace !== sp.trace) {
+      this.context.observer = this.#deps.observerFor(sp);
+      if (this.#local !== undefined) this.#local.context.observer = this.context.observer;
+    }
+    return this.setEndpoints(eps);
+  }
+
+  /** Drops expired ClientIP affinity entries. */
+  cleanupAffinity(nowMs: number): void {
+    cleanupFamilyAffinity(this.context.balancers, nowMs);
+    if (this.#local !== undefined) cleanupFamilyAffinity(this.#local.context.balancers, nowMs);
+  }
+
+  /** Opens the local list's listener (it shares the counters and observer). Throws the binder's error. */
+  async openLocal(eps: ServicePortEndpoints | undefined): Promise<void> {
+    const { stats, observer } = this.context;
+    this.#local = await openLocal(this.servicePort, stats, observer, eps, this.#deps);
+  }
+
+  /** Closes the local list's listener and gives its port back. */
+  async closeLocal(): Promise<void> {
+    const before = this.#local;
+    if (before === undefined) return;
+    this.#local = undefined;
+    await before.listener.close();
+    this.#deps.binder.release(before.proxyPort);
+    this.#deps.log.info(
+      { service: this.servicePort.key, localProxyPort: before.proxyPort },
+      'Closed local service port',
+    );
+  }
+
+  /** Tears down a local listener opened after its proxier closed, and gives its port back. */
+  discardLocal(): void {
+    const local = this.#local;
+    if (local === undefined) return;
+    this.#local = undefined;
+    local.listener.destroy();
+    this.#deps.binder.release(local.proxyPort);
+  }
+
+  /** Stops accepting (established TCP connections run on) and gives the ports back. */
+  async close(): Promise<void> {
+    await this.listener.close();
+    await this.#local?.listener.close();
+    this.releasePorts();
+  }
+
+  /** Resolves once its listeners have no connection left. */
+  async drained(): Promise<void> {
+    await Promise.all([this.listener.drained(), this.#local?.listener.drained()]);
+  }
+
+  /** Gives the ports back to the allocator (the listeners may still drain). */
+  releasePorts(): void {
+    this.#deps.binder.release(this.proxyPort);
+    if (this.#local !== undefined) this.#deps.binder.release(this.#local.proxyPort);
+  }
+
+  /** Tears down the listeners and their connections now (the ports are not given back). */
+  destroy(): void {
+    this.listener.destroy();
+    this.#local?.listener.destroy();
+  }
+
+  status(): ServicePortStatus {
+    const local = this.#local;
+    return {
+      servicePort: this.servicePort,
+      proxyPort: this.proxyPort,
+      endpoints: familyEndpoints(this.context.balancers),
+      context: this.context,
+      localProxyPort: local?.proxyPort ?? 0,
+      localEndpoints: local === undefined ? [] : familyEndpoints(local.context.balancers),
+      portalEndpoints: this.endpoints,
+    };
+  }
+
+  /** Endpoint counts for the log line of an opened service port. */
+  logFields(): Record<string, unknown> {
+    const local = this.#local;
+    return {
+      service: this.servicePort.key,
+      proxyPort: this.proxyPort,
+      endpoints: familyEndpoints(this.context.balancers).length,
+      ...(local === undefined
+        ? {}
+        : {
+            localProxyPort: local.proxyPort,
+            localEndpoints: familyEndpoints(local.context.balancers).length,
+          }),
+    };
+  }
+}
+
+/** A context for one listener of `sp`: its own balancers, the service port's counters and observer. */
+function newContext(
+  sp: ServicePort,
+  stats: ServicePortStats,
+  observer: ConnectionObserver,
+  outlier: OutlierOptions | undefined,
+): ServicePortContext {
+  const balancers = newFamilyBalancers(sp, outlier);
+  return {
+    name: sp.name,
+    protocol: sp.protocol,
+    balancer: balancers[primaryFamily(sp)],
+    balancers,
+    stats,
+    observer,
+  };
+}
+
+async function openLocal(
+  sp: ServicePort,
+  stats: ServicePortStats,
+  observer: ConnectionObserver,
+  endpoints: ServicePortEndpoints | undefined,
+  deps: RuntimeDeps,
+): Promise<PolicyListener> {
+  const context = newContext(sp, stats, observer, deps.outlier);
+  setFamilyEndpoints(context.balancers, endpoints?.local ?? []);
+  const { listener, port } = await deps.binder.listen(context, localProxyPortKey(sp.key));
+  return { context, listener, proxyPort: port };
+}
+
+/** The list the primary listener serves: the cluster-wide one, or the local one when it is the only one used. */
+function primaryList(sp: ServicePort, eps: ServicePortEndpoints | undefined): readonly Endpoint[] {
+  if (eps === undefined) return [];
+  return usesClusterEndpoints(sp) ? eps.cluster : eps.local;
+}
