@@ -1,6 +1,8 @@
 // The one way from a source into the handlers (the state): each object is validated once, kube-proxy's
 // label selection and "this Node only" are applied, every bad or partly ignored object version is logged
 // once, and the event goes to the handler for its kind and operation. No I/O but the injected `warn`.
+
+import { ProxyError } from '../lib/errors.ts';
 import { LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME } from '../lib/kubernetes-labels.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import type { EndpointSlice, Node, ObjectMeta, Service } from './objects.ts';
@@ -140,7 +142,9 @@ export class Intake implements ProxyHandlers {
   // One warning per bad object version, naming it and every problem found.
   #reportInvalid(kind: Kind, name: string | undefined, problems: readonly Problem[]): void {
     const object = name ?? '(unnamed)';
-    const fields = { kind, object, problems: problems.map(formatProblem) };
+    const lines = problems.map(formatProblem);
+    const err = new ProxyError('KUP_ERR_INVALID_OBJECT', `${kind} ${object} skipped: ${lines.join('; ')}`);
+    const fields = { kind, object, problems: lines, err };
     this.#report(`${kind} ${object}`, [['Ignoring invalid object', fields]]);
   }
 

@@ -12,7 +12,7 @@ import { silentLogger } from '../../src/lib/log.ts';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';
 import { fakeHostInfo } from '../helpers/host-info.ts';
-import { service, slice, toYaml } from '../helpers/manifests.ts';
+import { service, slice, startManifestProxy, toYaml } from '../helpers/manifests.ts';
 import { request, waitFor } from '../helpers/servers.ts';
 
 async function start(t: { after(fn: () => unknown): void }, overrides: Partial<Config>, iptables?: Iptables) {
@@ -168,4 +168,43 @@ test('an endpoint-only change does not touch iptables; a service change does', a
   assert.equal(restores.length, before, 'no restore for an endpoint change');
   await write('api');
   await waitFor(() => restores.length > before, 3000, 'a restore for a new service');
+});
+
+test('healthz: a change queued while a sync runs is not marked applied by that sync', async (t) => {
+  // Health timeout = 2 x sync period = 400 ms.
+  const proxy = await startManifestProxy(
+    [service('a', '10.96.0.1', [{ name: 'http', port: 80, targetPort: 9 }])],
+    { iptablesSyncPeriodMs: 200 },
+  );
+  t.after(() => proxy.close());
+  const server = proxy.server;
+  await waitFor(() => server.health.lastUpdatedMs > 0, 3000, 'the first sync');
+  // The next sync is held after its checkout; every sync after it fails (say iptables-restore breaks).
+  const proxier = server.proxier;
+  const original = proxier.sync.bind(proxier);
+  let calls = 0;
+  let holding = false;
+  let release: () => void = () => {};
+  const held = new Promise<void>((r) => {
+    release = r;
+  });
+  proxier.sync = async () => {
+    if (++calls > 1) throw new Error('sync keeps failing');
+    const result = original();
+    holding = true;
+    await held;
+    return result;
+  };
+  await waitFor(() => holding, 3000, 'a sync to start');
+  const loads = server.manifest!.loads;
+  await proxy.write([
+    service('a', '10.96.0.1', [{ name: 'http', port: 80, targetPort: 9 }]),
+    service('b', '10.96.0.2', [{ name: 'http', port: 80, targetPort: 9 }]),
+  ]);
+  await waitFor(() => server.manifest!.loads > loads, 3000, 'the change to be queued');
+  release();
+  await waitFor(() => calls >= 2, 3000, 'the failing sync');
+  // Service b was never applied: /healthz must turn stale within the timeout.
+  await waitFor(() => server.health.status(Date.now()).reason === 'stale', 3000, 'healthz to turn stale');
+  assert.equal(proxier.get('default/b:http/TCP' as never), undefined);
 });

@@ -1,9 +1,20 @@
 // The whole proxy on a manifest file (--no-iptables), with real loopback traffic: live reload of
 // services and endpoints, broken files, port range exhaustion and ports taken by other processes.
 import assert from 'node:assert/strict';
+import dgram from 'node:dgram';
+import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { service, slice, startManifestProxy } from '../helpers/manifests.ts';
+import { createLogger } from '../../src/lib/log.ts';
+import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
+import { DEFAULT_UDP_OPTIONS, UdpListener } from '../../src/relay/udp.ts';
+import type { ProxyHandlers } from '../../src/source/handlers.ts';
+import { ManifestSource } from '../../src/source/manifest.ts';
+import { service, slice, startManifestProxy, toYaml } from '../helpers/manifests.ts';
+import { log, makeContext } from '../helpers/relay.ts';
 import { request, type TestServer, udpRequest, udpServer, waitFor } from '../helpers/servers.ts';
 
 /** Three "pods" on 127.0.0.11-13 sharing one port (as pods of a Deployment share a targetPort). */
@@ -285,3 +296,84 @@ async function freePortRange(n: number): Promise<number> {
   }
   throw new Error('no free port range');
 }
+
+test('manifest: a file truncated by its writer (0 bytes for a moment) keeps the last good state', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'kup-review-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'services.yaml');
+  const good = toYaml([service('web', '10.96.0.1', [{ name: 'http', port: 80, targetPort: 8080 }])]);
+  await writeFile(file, good);
+  const events: string[] = [];
+  const handlers: ProxyHandlers = {
+    onServiceAdd: (s) => events.push(`add ${s.metadata?.name}`),
+    onServiceUpdate: (_o, s) => events.push(`update ${s.metadata?.name}`),
+    onServiceDelete: (s) => events.push(`delete ${s.metadata?.name}`),
+    onServicesSynced: () => {},
+    onEndpointSliceAdd: () => {},
+    onEndpointSliceUpdate: () => {},
+    onEndpointSliceDelete: () => {},
+    onEndpointSlicesSynced: () => {},
+    onNodeUpdate: () => {},
+    onNodeDelete: () => {},
+  };
+  const source = new ManifestSource(file, handlers, log, { debounceMs: 20, pollMs: 50 });
+  await source.start();
+  t.after(() => source.stop());
+  assert.deepEqual(events, ['add web']);
+  // `cmd > services.yaml` (and editors that write in place) truncate first and write later.
+  await writeFile(file, '');
+  await waitFor(() => source.loads + source.failures > 0, 3000, 'the truncated file to be read');
+  assert.deepEqual(events, ['add web'], 'an empty file in the middle of a write deletes nothing');
+  // The writer finishes: the complete file applies.
+  const before = source.loads + source.failures;
+  const tmp = join(dir, '.next');
+  await writeFile(tmp, good.replace('8080', '8081'));
+  await rename(tmp, file);
+  await waitFor(() => source.loads + source.failures > before, 3000, 'the complete file');
+  assert.deepEqual(events, ['add web', 'update web']);
+});
+
+/** A logger whose JSON lines land in `lines`. */
+function capturingLogger() {
+  const lines: string[] = [];
+  const destination = new Writable({
+    write(chunk, _enc, cb) {
+      lines.push(chunk.toString());
+      cb();
+    },
+  });
+  return { log: createLogger({ level: 'debug', destination }), lines };
+}
+
+test('a bind failure is logged by the proxier once, not by the listener on every retry', async (t) => {
+  const { log: capture, lines } = capturingLogger();
+  const held = net.createServer();
+  await new Promise<void>((r) => held.listen({ host: '127.0.0.1', port: 0 }, () => r()));
+  t.after(() => new Promise((r) => held.close(r)));
+  const port = (held.address() as net.AddressInfo).port;
+  const heldUdp = dgram.createSocket('udp4');
+  await new Promise<void>((r) => heldUdp.bind(0, '127.0.0.1', r));
+  t.after(() => heldUdp.close());
+  const tcp = new TcpListener(makeContext([]), DEFAULT_TCP_OPTIONS, { log: capture });
+  await assert.rejects(tcp.listen('127.0.0.1', port), /EADDRINUSE/);
+  tcp.destroy();
+  const udp = new UdpListener(makeContext([], 'UDP'), DEFAULT_UDP_OPTIONS, { log: capture }, 'udp4');
+  await assert.rejects(udp.listen('127.0.0.1', heldUdp.address().port), /EADDRINUSE/);
+  udp.destroy();
+  assert.deepEqual(lines, [], 'the caller reports a failed listen(), the listener does not');
+
+  // Through the proxier: the only port of the range is held; syncs retry it without repeating themselves.
+  const proxy = await startManifestProxy(
+    [
+      service('a', '10.96.0.1', [{ name: 'http', port: 80, targetPort: 9 }]),
+      slice('a', 'a-1', [{ ip: '127.0.0.11' }], [{ name: 'http', port: 9 }]),
+    ],
+    { proxyPortRange: `${port}`, iptablesSyncPeriodMs: 50 },
+  );
+  t.after(() => proxy.close());
+  const count = (what: string) => proxy.logs.filter((l) => l.includes(what)).length;
+  await waitFor(() => count('"msg":"Synced"') >= 5, 3000, 'five syncs');
+  assert.equal(count('Failed to open service port'), 1);
+  assert.equal(count('Proxy port in use by another process'), 1);
+  assert.equal(count('Listener error'), 0);
+});

@@ -379,3 +379,28 @@ test('drained() resolves when the last connection of a closed listener ends, not
   await waiting;
   assert.equal(listener.connections.size, 0);
 });
+
+test('TCP: a half-close timeout is reported as such when an idle timeout is also set', async (t) => {
+  // The endpoint reads but never answers nor closes: the client's FIN leaves the connection half-closed.
+  const server = await tcpServer('127.0.0.11', (s) => s.resume(), { allowHalfOpen: true });
+  t.after(() => server.close());
+  const context = makeContext([ep(server.host, server.port)]);
+  const closed: ConnectionInfo[] = [];
+  context.observer = { opened() {}, closed: (c) => closed.push(c), wantsData: false };
+  const listener = new TcpListener(
+    context,
+    { ...DEFAULT_TCP_OPTIONS, idleTimeoutMs: 10_000, halfCloseTimeoutMs: 200 },
+    { log },
+  );
+  await listener.listen('127.0.0.1', 0);
+  t.after(() => listener.destroy());
+  const client = net.connect({ host: '127.0.0.1', port: listener.port, allowHalfOpen: true });
+  client.on('error', () => {});
+  t.after(() => client.destroy());
+  await waitFor(() => context.stats.active === 1 && context.stats.picks.size === 1, 2000, 'the connection');
+  await waitFor(() => [...listener.connections][0]?.state === 1, 2000, 'the upstream connect');
+  client.end('request');
+  await waitFor(() => closed.length === 1, 3000, 'the half-close timeout');
+  assert.equal(closed[0]!.closeReason, 'half-close-timeout');
+  assert.equal(context.stats.active, 0);
+});

@@ -262,3 +262,28 @@ test('dual-stack: an IPv4 session goes to the IPv4 endpoints, an IPv6 session to
   assert.equal(listener.endpointsChanged(), 1);
   assert.equal(listener.sessions.size, 3);
 });
+
+// Review regression: 127.255.255.255 is lo's broadcast address, which a UDP connect() refuses (EACCES).
+test('UDP: an upstream connect() that fails drops the session instead of crashing the process', async (t) => {
+  const good = await udpServer('127.0.0.12', () => Buffer.from('good'));
+  t.after(() => good.close());
+  const context = makeContext([ep('127.255.255.255', 9)], 'UDP', 'default/dns:dns');
+  const listener = new UdpListener(context, { ...DEFAULT_UDP_OPTIONS, idleTimeoutMs: 5000 }, { log }, 'udp4');
+  await listener.listen('127.0.0.1', 0);
+  t.after(() => listener.close());
+  const socket = dgram.createSocket('udp4');
+  t.after(() => socket.close());
+  let got = '';
+  socket.on('message', (m) => {
+    got = m.toString();
+  });
+  await new Promise<void>((r) => socket.bind(0, '127.0.0.21', r));
+  socket.send('q', listener.port, '127.0.0.1');
+  await waitFor(() => context.stats.connectFailures['error'] === 1, 2000, 'the failed connect');
+  await waitFor(() => listener.sessions.size === 0, 2000, 'the session to be dropped');
+  assert.equal(context.stats.active, 0);
+  // The process is still here and the listener still serves.
+  context.balancer.setEndpoints([ep(good.host, good.port)]);
+  socket.send('q', listener.port, '127.0.0.1');
+  await waitFor(() => got === 'good', 2000, 'a reply through a working endpoint');
+});

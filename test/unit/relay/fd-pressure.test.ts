@@ -1,0 +1,58 @@
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { test } from 'node:test';
+import { createLogger } from '../../../src/lib/log.ts';
+import { FdPressure, isFdExhausted } from '../../../src/relay/fd-pressure.ts';
+
+function recording() {
+  const lines: string[] = [];
+  const log = createLogger({
+    destination: new Writable({
+      write(chunk, _e, cb) {
+        lines.push(String(chunk));
+        cb();
+      },
+    }),
+  });
+  return { lines, log };
+}
+
+const emfile = Object.assign(new Error('too many open files'), { code: 'EMFILE' });
+
+test('isFdExhausted: EMFILE and ENFILE only', () => {
+  assert.ok(isFdExhausted(emfile));
+  assert.ok(isFdExhausted(Object.assign(new Error(), { code: 'ENFILE' })));
+  assert.ok(!isFdExhausted(Object.assign(new Error(), { code: 'ECONNREFUSED' })));
+  assert.ok(!isFdExhausted(undefined));
+});
+
+test('sheds for a back-off that doubles up to 1 s while it lasts, and starts over once relieved', () => {
+  const p = new FdPressure();
+  assert.equal(p.shedding(0), false, 'not before any exhaustion');
+  p.exhausted('connect', 1000, emfile); // shed until 1100
+  assert.equal(p.shedding(1050), true);
+  p.exhausted('connect', 1060, emfile); // within the period: no longer
+  assert.equal(p.shedding(1100), false);
+  p.exhausted('connect', 1100, emfile); // 200 ms
+  assert.equal(p.shedding(1299), true);
+  assert.equal(p.shedding(1300), false);
+  for (const t of [1300, 1700, 2500, 4000, 6000]) p.exhausted('accept', t, emfile); // 400, 800, 1000, 1000...
+  assert.equal(p.shedding(6999), true);
+  assert.equal(p.shedding(7000), false, 'capped at 1 s');
+  p.relieved();
+  p.exhausted('udp-session', 8000, emfile);
+  assert.equal(p.shedding(8100), false, 'back to 100 ms');
+  assert.deepEqual(p.counts, { accept: 5, connect: 3, 'udp-session': 1 });
+  assert.equal(p.shed, 3);
+});
+
+test('logs at most once per interval, with how many events the line stands for', () => {
+  const { lines, log } = recording();
+  const p = new FdPressure(log);
+  for (let t = 0; t < 12_000; t += 10) p.exhausted('connect', t, emfile);
+  assert.equal(lines.length, 3, lines.join(''));
+  const second = JSON.parse(lines[1]!) as { events: number; msg: string; code: string };
+  assert.equal(second.msg, 'Out of file descriptors, shedding new connections');
+  assert.equal(second.code, 'EMFILE');
+  assert.equal(second.events, 500);
+});
