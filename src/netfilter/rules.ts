@@ -2,8 +2,9 @@
 // as iptables-restore input: full texts and one-service deltas. Pure: no I/O, no clock. Same input, same bytes.
 import { BlockList, isIP } from 'node:net';
 import { joinHostPort } from '../lib/host-port.ts';
+import { sameList } from '../lib/lists.ts';
 import type { PortalEndpoints, PortalSpec } from '../proxier/portal-programmer.ts';
-import type { IPFamily, ServicePort, ServicePortKey } from '../state/service-port.ts';
+import { type IPFamily, type ServicePort, type ServicePortKey, samePortals } from '../state/service-port.ts';
 import {
   CHAINS,
   type Chain,
@@ -527,17 +528,7 @@ function samePortal(a: PortalSpec, b: PortalSpec): boolean {
     sameEndpoints(a.endpoints.IPv4, b.endpoints.IPv4) &&
     sameEndpoints(a.endpoints.IPv6, b.endpoints.IPv6) &&
     x.name === y.name &&
-    x.protocol === y.protocol &&
-    x.port === y.port &&
-    x.nodePort === y.nodePort &&
-    x.healthCheckNodePort === y.healthCheckNodePort &&
-    x.externallyAccessible === y.externallyAccessible &&
-    x.externalPolicyLocal === y.externalPolicyLocal &&
-    x.internalPolicyLocal === y.internalPolicyLocal &&
-    sameList(x.clusterIPs, y.clusterIPs) &&
-    sameList(x.externalIPs, y.externalIPs) &&
-    sameList(x.loadBalancerIPs, y.loadBalancerIPs) &&
-    sameList(x.loadBalancerSourceRanges, y.loadBalancerSourceRanges)
+    samePortals(x, y)
   );
 }
 
@@ -660,10 +651,4 @@ function validPort(port: number): boolean {
 
 function compareStrings(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-function sameList<T>(a: readonly T[], b: readonly T[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }

@@ -1,5 +1,6 @@
 // Which endpoints of a service port receive which traffic: kube-proxy's CategorizeEndpoints (topology.go)
 // plus the traffic-policy mapping its proxiers apply. Pure: no I/O.
+import { sameList } from '../lib/lists.ts';
 import type { Endpoint, ServicePortEndpoints } from './endpoint.ts';
 import type { IPFamily, ServicePort } from './service-port.ts';
 import { usesClusterEndpoints, usesLocalEndpoints } from './service-port.ts';
@@ -126,7 +127,7 @@ function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
 /** True when both are undefined or list the same names in the same order. */
 export function sameHints(x: readonly string[] | undefined, y: readonly string[] | undefined): boolean {
   if (x === undefined || y === undefined) return x === y;
-  return x.length === y.length && x.every((z, i) => z === y[i]);
+  return sameList(x, y);
 }
 
 function isServingTerminating(ep: Endpoint): boolean {

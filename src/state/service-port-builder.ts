@@ -4,6 +4,7 @@
 
 import { canonicalIP, ipFamilyOf, isValidCIDR } from '../lib/ip.ts';
 import { ANNOTATION_TRACE } from '../lib/kubernetes-labels.ts';
+import { sameList } from '../lib/lists.ts';
 import type { Service, ServicePortSpec } from '../source/objects.ts';
 import {
   DEFAULT_STICKY_MAX_AGE_SECONDS,
@@ -157,15 +158,9 @@ export function sameServicePort(a: ServicePort, b: ServicePort): boolean {
   for (const field of Object.keys(a) as (keyof ServicePort)[]) {
     const x = a[field];
     const y = b[field];
-    if (Array.isArray(x) && Array.isArray(y) ? !sameStrings(x, y) : x !== y) return false;
+    if (Array.isArray(x) && Array.isArray(y) ? !sameList(x, y) : x !== y) return false;
   }
   return Object.keys(a).length === Object.keys(b).length;
-}
-
-function sameStrings(a: readonly string[], b: readonly string[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }
 
 function isPort(v: unknown): v is number {

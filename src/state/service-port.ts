@@ -7,6 +7,7 @@ export type SessionAffinity = 'None' | 'ClientIP';
 export type { TraceMode } from '../config/config.ts';
 
 import type { TraceMode } from '../config/config.ts';
+import { sameList } from '../lib/lists.ts';
 
 /** `namespace/name:portName` — kube-proxy's ServicePortName string (portName may be empty: `ns/name:`). */
 export type ServicePortName = string & { readonly __brand: 'ServicePortName' };
@@ -92,10 +93,4 @@ export function samePortals(a: ServicePort, b: ServicePort): boolean {
     sameList(a.loadBalancerIPs, b.loadBalancerIPs) &&
     sameList(a.loadBalancerSourceRanges, b.loadBalancerSourceRanges)
   );
-}
-
-function sameList(a: readonly string[], b: readonly string[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }
