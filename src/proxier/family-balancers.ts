@@ -3,7 +3,11 @@
 // by both families otherwise. The relay picks by the client's family, which NAT never changes.
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
 import { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
-import type { FamilyBalancers } from '../relay/service-context.ts';
+import type { FamilyBalancers as Families } from '../relay/service-context.ts';
+
+/** The proxier's balancers: it sets their endpoints and affinity. */
+export type FamilyBalancers = Families<RoundRobinBalancer>;
+
 import { endpointsOfFamily } from '../state/categorize-endpoints.ts';
 import type { Endpoint } from '../state/endpoint.ts';
 import type { IPFamily, ServicePort } from '../state/service-port.ts';

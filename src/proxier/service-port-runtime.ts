@@ -3,8 +3,13 @@
 // balancers, and what the rules know of its endpoints. Binds through the port binder; writes no rules.
 import type { Logger } from '../lib/log.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
+import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
 import type { ServicePortContext, ServicePortStats } from '../relay/service-context.ts';
+
+/** The contexts the proxier builds: of its own balancers, whose endpoints and affinity it sets. */
+type RelayContext = ServicePortContext<RoundRobinBalancer>;
+
 import { newServicePortStats } from '../relay/service-context.ts';
 import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
 import { type ServicePort, usesClusterEndpoints, usesLocalEndpoints } from '../state/service-port.ts';
@@ -38,7 +43,7 @@ export type ServicePortStatus = {
   servicePort: ServicePort;
   proxyPort: number;
   endpoints: readonly Endpoint[];
-  context: ServicePortContext;
+  context: RelayContext;
   /** The local list's listener, when the service port has a second one; 0 and [] otherwise. */
   localProxyPort: number;
   localEndpoints: readonly Endpoint[];
@@ -55,12 +60,12 @@ export type RuntimeDeps = {
 };
 
 /** A listener and what it serves: the second one of a service port that uses both endpoint lists. */
-type PolicyListener = { context: ServicePortContext; listener: ServicePortListener; proxyPort: number };
+type PolicyListener = { context: RelayContext; listener: ServicePortListener; proxyPort: number };
 
 export class ServicePortRuntime {
   servicePort: ServicePort;
   /** The primary listener's context: the cluster-wide list (the local list when it is the only one used). */
-  readonly context: ServicePortContext;
+  readonly context: RelayContext;
   readonly listener: ServicePortListener;
   readonly proxyPort: number;
   /** What the rules know of the endpoints (REJECT / DROP when a list is empty). */
@@ -123,7 +128,7 @@ export class ServicePortRuntime {
   }
 
   /** What external traffic (NodePort claims) is served from: the local list under externalTrafficPolicy Local. */
-  get externalContext(): ServicePortContext {
+  get externalContext(): RelayContext {
     return this.servicePort.externalPolicyLocal && this.#local !== undefined
       ? this.#local.context
       : this.context;
@@ -255,7 +260,7 @@ function newContext(
   stats: ServicePortStats,
   observer: ConnectionObserver,
   outlier: OutlierOptions | undefined,
-): ServicePortContext {
+): RelayContext {
   const balancers = newFamilyBalancers(sp, outlier);
   return {
     name: sp.name,

@@ -2,7 +2,7 @@
 // relay (a session's socket reported an error): counters, the client's affinity, outlier detection, and
 // running out of descriptors. Allocates nothing beyond the attempt it remembers.
 import type { Logger } from '../lib/log.ts';
-import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
+import type { Balancer } from '../loadbalancer/balancer.ts';
 import type { Endpoint } from '../state/endpoint.ts';
 import { type ConnectFailureReason, connectErrorReason } from './close-reason.ts';
 import type { FdOperation, FdPressure } from './fd-pressure.ts';
@@ -13,7 +13,7 @@ import type { ServicePortContext } from './service-context.ts';
 export interface FailedConnection {
   readonly context: ServicePortContext;
   /** The balancer the endpoint came from. */
-  readonly balancer: RoundRobinBalancer;
+  readonly balancer: Balancer;
   readonly clientAddress: string;
   readonly failedAttempts: ConnectAttempt[];
 }

@@ -1,7 +1,7 @@
 // What a listener needs to know about its service port, read once per connection: the balancer of the
 // client's family (updated in place by the proxier), counters (plain fields, read by metrics on scrape)
 // and the observer.
-import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
+import type { Balancer } from '../loadbalancer/balancer.ts';
 import type { ServicePortName } from '../state/service-port.ts';
 import type { ConnectionObserver } from './observer.ts';
 
@@ -49,18 +49,19 @@ export function newServicePortStats(): ServicePortStats {
 }
 
 /** One balancer per client family; a single-stack service port has the same instance under both. */
-export type FamilyBalancers = { readonly IPv4: RoundRobinBalancer; readonly IPv6: RoundRobinBalancer };
+export type FamilyBalancers<B extends Balancer = Balancer> = { readonly IPv4: B; readonly IPv6: B };
 
-export type ServicePortContext = {
+/** The relays read a Balancer; the proxier, which owns them, builds contexts of its concrete balancer. */
+export type ServicePortContext<B extends Balancer = Balancer> = {
   readonly name: ServicePortName;
   readonly protocol: 'TCP' | 'UDP';
   /** The primary family's balancer: what status, metrics and debug pages read. */
-  readonly balancer: RoundRobinBalancer;
+  readonly balancer: B;
   /**
    * What the relays pick from, by the client's family. NAT never changes the family, so the client's
    * family is the original destination's: IPv4 ClusterIP traffic only reaches IPv4 endpoints.
    */
-  readonly balancers: FamilyBalancers;
+  readonly balancers: FamilyBalancers<B>;
   readonly stats: ServicePortStats;
   observer: ConnectionObserver;
 };

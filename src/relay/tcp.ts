@@ -3,7 +3,7 @@
 // Handlers are shared functions bound through a symbol on the socket: no closures per connection.
 import net from 'node:net';
 import type { Logger } from '../lib/log.ts';
-import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
+import type { Balancer } from '../loadbalancer/balancer.ts';
 import type { Endpoint } from '../state/endpoint.ts';
 import { clientFamily, normalizeAddress } from './address.ts';
 import type { CloseReason } from './close-reason.ts';
@@ -85,7 +85,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
   /** Becomes noopObserver when its `opened` threw. */
   observer: ConnectionObserver;
   /** The balancer of the client's family, for everything about this connection. */
-  readonly balancer: RoundRobinBalancer;
+  readonly balancer: Balancer;
   readonly client: ConnSocket;
   readonly clientAddress: string;
   readonly clientPort: number;

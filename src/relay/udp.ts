@@ -5,7 +5,7 @@
 // closed at once when their endpoint leaves the balancer (endpointsChanged).
 import dgram from 'node:dgram';
 import type { Logger } from '../lib/log.ts';
-import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
+import type { Balancer } from '../loadbalancer/balancer.ts';
 import type { Endpoint, EndpointKey } from '../state/endpoint.ts';
 import type { IPFamily } from '../state/service-port.ts';
 import { clientFamily, normalizeAddress } from './address.ts';
@@ -73,7 +73,7 @@ class UdpSession implements ConnectionInfo {
   /** The client's family, which picks the balancer (the original destination's family). */
   readonly family: IPFamily;
   /** The balancer the endpoint came from: failures and successes are reported to it. */
-  readonly balancer: RoundRobinBalancer;
+  readonly balancer: Balancer;
   readonly endpoint: Endpoint;
   readonly upstream: SessionSocket;
   readonly startMs: number;
@@ -95,7 +95,7 @@ class UdpSession implements ConnectionInfo {
     clientAddress: string,
     port: number,
     family: IPFamily,
-    balancer: RoundRobinBalancer,
+    balancer: Balancer,
     endpoint: Endpoint,
     now: number,
   ) {
@@ -254,7 +254,7 @@ export class UdpSessionBudget {
   }
 }
 
-function endpointKeys(balancer: RoundRobinBalancer): Set<EndpointKey> {
+function endpointKeys(balancer: Balancer): Set<EndpointKey> {
   const keys = new Set<EndpointKey>();
   for (const e of balancer.endpoints) keys.add(e.key);
   return keys;

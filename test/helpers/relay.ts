@@ -13,7 +13,7 @@ export function makeContext(
   endpoints: Endpoint[],
   protocol: 'TCP' | 'UDP' = 'TCP',
   name = 'default/test:http',
-): ServicePortContext {
+): ServicePortContext<RoundRobinBalancer> {
   const balancer = new RoundRobinBalancer();
   balancer.setEndpoints(endpoints);
   return contextFor(balancer, protocol, name);
@@ -24,7 +24,7 @@ export function contextFor(
   balancer: RoundRobinBalancer,
   protocol: 'TCP' | 'UDP' = 'TCP',
   name = 'default/test:http',
-): ServicePortContext {
+): ServicePortContext<RoundRobinBalancer> {
   return {
     name: name as ServicePortName,
     protocol,
@@ -40,7 +40,7 @@ export function makeDualStackContext(
   endpoints: { IPv4: Endpoint[]; IPv6: Endpoint[] },
   protocol: 'TCP' | 'UDP' = 'TCP',
   name = 'default/test:http',
-): ServicePortContext {
+): ServicePortContext<RoundRobinBalancer> {
   const v4 = new RoundRobinBalancer();
   v4.setEndpoints(endpoints.IPv4);
   const v6 = new RoundRobinBalancer();
