@@ -38,7 +38,7 @@ function applyOomScoreAdj(value: number, log: Logger): void {
   try {
     writeFileSync('/proc/self/oom_score_adj', String(value));
   } catch (err) {
-    log.warn({ value, err: (err as Error).message }, 'Cannot set oom_score_adj');
+    log.warn({ value, err }, 'Cannot set oom_score_adj');
   }
 }
 

@@ -129,7 +129,7 @@ export async function applyConntrackSettings(
       const code = (err as NodeJS.ErrnoException).code;
       const readOnly = code === 'EROFS' || code === 'EACCES' || code === 'EPERM';
       log.warn(
-        { entry: w.path, value: w.value, code, err: (err as Error).message },
+        { entry: w.path, value: w.value, code, err },
         readOnly
           ? 'Cannot set conntrack sysctl: read-only here (common in containers); set it on the host, or mind the conntrack table'
           : 'Cannot set conntrack sysctl',

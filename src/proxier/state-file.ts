@@ -88,10 +88,7 @@ export class StateFile {
       text = await readFile(this.path, 'utf8');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
-        this.#log.warn(
-          { file: this.path, err: (err as Error).message },
-          'Cannot read the state file, ignoring it',
-        );
+        this.#log.warn({ file: this.path, err }, 'Cannot read the state file, ignoring it');
       return new Map();
     }
     try {
@@ -101,7 +98,7 @@ export class StateFile {
       this.#lastText = text;
       return ports;
     } catch (err) {
-      this.#log.warn({ file: this.path, err: (err as Error).message }, 'Corrupt state file, ignoring it');
+      this.#log.warn({ file: this.path, err }, 'Corrupt state file, ignoring it');
       return new Map();
     }
   }
