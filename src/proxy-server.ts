@@ -344,7 +344,11 @@ export class ProxyServer {
           await this.proxier.close();
           await this.proxier.drained();
         },
-        destroy: () => this.proxier.destroy(),
+        destroy: () => {
+          const left = this.proxier.activeConnections();
+          if (left > 0) this.log.warn({ connections: left }, 'Grace period over, closing connections');
+          this.proxier.destroy();
+        },
         closeBoundMs: this.config.shutdownGracePeriodMs,
       },
       { name: 'source', start: () => this.#startSource(), close: () => this.#stopSource() },

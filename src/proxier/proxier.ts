@@ -360,6 +360,9 @@ export class Proxier {
     } else if (full || this.#portals.pending) {
       await this.#programPortals(full, initial);
     }
+    // Closed while the rules were written (a shutdown does not wait for a sync stuck on the xtables
+    // lock): its listeners are gone, and an empty port map must not reach the state file.
+    if (this.#closed) return undefined;
     if (full) this.#lastFullSyncMs = started;
     this.#needFullSync = false;
     // After the rules: what a restart reads back should be what the rules in place point at.

@@ -82,6 +82,7 @@ export class SyncLoop {
   readonly #on: SyncLoopCallbacks;
   /** An endpoint-only change is waiting for the next tick (see onChange). */
   #endpointsQueued = false;
+  #stopped = false;
   /** The source's change totals already reported. */
   #countedServiceChanges = 0;
   #countedEndpointChanges = 0;
@@ -107,8 +108,12 @@ export class SyncLoop {
     this.runner.start();
   }
 
-  /** Stops the runner; resolves when a sync in progress has finished. */
+  /**
+   * Stops the runner; resolves when a sync in progress has finished. Changes arriving afterwards (a
+   * source still closing) are neither applied nor reported.
+   */
   stop(): Promise<void> {
+    this.#stopped = true;
     return this.runner.stop();
   }
 
@@ -117,6 +122,7 @@ export class SyncLoop {
    * tick); everything else goes through the rate-limited runner.
    */
   onChange(): void {
+    if (this.#stopped) return;
     const proxier = this.#proxier;
     if (this.#source.onlyEndpointsPending && proxier.lastSyncMs !== 0 && !proxier.syncing) {
       if (!this.#endpointsQueued) {
@@ -136,6 +142,7 @@ export class SyncLoop {
 
   #applyEndpointChanges(): void {
     this.#endpointsQueued = false;
+    if (this.#stopped) return;
     const snapshot = this.#proxier.applyEndpointChanges();
     if (snapshot === undefined) {
       // A Service changed meanwhile, or a sync started: the runner takes it all.

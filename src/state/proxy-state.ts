@@ -48,6 +48,8 @@ type ServiceChange = { readonly previous: readonly ServicePort[]; current: reado
 export class ProxyState implements ProxyHandlers {
   readonly #nodeName: string;
   readonly #warn: Warn;
+  /** The last notes logged per Service, so that an update with the same problems does not log again. */
+  readonly #reported = new Map<ServiceKey, string>();
   readonly #onChange: () => void;
   readonly #startTimeMs: number;
 
@@ -273,11 +275,29 @@ export class ProxyState implements ProxyHandlers {
     // An informer resync delivers the same object again: nothing to do, nothing to log again.
     if (stored !== undefined && deepEqual(stored, service)) return;
     this.#services.set(key, service);
-    const ports = servicePortsFromService(service, this.#warn);
+    const notes: [string, Record<string, unknown>][] = [];
+    const ports = servicePortsFromService(service, (msg, fields) => notes.push([msg, fields]));
+    this.#reportNotes(key, notes);
     if (this.#setServicePorts(key, ports)) this.#onChange();
   }
 
+  /**
+   * Logs what building a Service's ports ignored, unless it is exactly what was logged for that
+   * Service last time (a status or annotation update of a Service with an SCTP port says it once).
+   */
+  #reportNotes(key: ServiceKey, notes: readonly [string, Record<string, unknown>][]): void {
+    if (notes.length === 0) {
+      this.#reported.delete(key);
+      return;
+    }
+    const signature = JSON.stringify(notes);
+    if (this.#reported.get(key) === signature) return;
+    this.#reported.set(key, signature);
+    for (const [msg, fields] of notes) this.#warn(msg, fields);
+  }
+
   #deleteService(key: ServiceKey): void {
+    this.#reported.delete(key);
     if (!this.#services.delete(key)) return;
     if (this.#setServicePorts(key, [])) this.#onChange();
   }

@@ -220,9 +220,12 @@ class RecordingPortals implements PortalProgrammer {
   readonly rules = new Map<ServicePortKey, PortalSpec>();
   /** The next call throws (say iptables-restore failed). */
   failNext = false;
+  /** While set, sync() and update() wait for it (say iptables-restore waits for the xtables lock). */
+  hold: Promise<void> | undefined;
 
   async sync(portals: readonly PortalSpec[], options: { full: boolean; initial: boolean }): Promise<void> {
     this.calls.push({ kind: 'sync', full: options.full, keys: portals.map((p) => p.servicePort.key) });
+    await this.hold;
     this.#fail();
     this.rules.clear();
     for (const p of portals) this.rules.set(p.servicePort.key, p);
@@ -230,6 +233,7 @@ class RecordingPortals implements PortalProgrammer {
 
   async update(changed: ReadonlyMap<ServicePortKey, PortalSpec | undefined>): Promise<void> {
     this.calls.push({ kind: 'update', full: false, keys: [...changed.keys()] });
+    await this.hold;
     this.#fail();
     for (const [key, p] of changed) {
       if (p === undefined) this.rules.delete(key);
@@ -257,6 +261,7 @@ function harness(
   options: Partial<ProxierOptions> = {},
   preferredPorts: ReadonlyMap<string, number> = new Map(),
   rangeSize = 100,
+  onProxyPortsChanged?: (ports: ReadonlyMap<string, number>) => void,
 ): Harness {
   const source = new ScriptedSource();
   const listeners = new FakeListeners();
@@ -271,7 +276,15 @@ function harness(
       syncPeriodMs: 30_000,
       ...options,
     },
-    { source, allocator, portals, log: silentLogger(), listeners: listeners.factory, preferredPorts },
+    {
+      source,
+      allocator,
+      portals,
+      log: silentLogger(),
+      listeners: listeners.factory,
+      preferredPorts,
+      onProxyPortsChanged,
+    },
   );
   const sync = async () => {
     assert.notEqual(await proxier.sync(), undefined, 'the sync ran');
@@ -280,6 +293,27 @@ function harness(
 }
 
 const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
+  {
+    name: 'closed while a sync writes the rules: the proxy ports saved for a restart are not emptied',
+    async run() {
+      const saved: ReadonlyMap<string, number>[] = [];
+      const h = harness({}, new Map(), 100, (ports) => saved.push(ports));
+      h.source.set(servicePort('a'), [ep('10.0.0.1', 8080)]);
+      await h.sync();
+      assert.deepEqual([...saved.at(-1)!.keys()], [keyOf('a')]);
+      h.source.set(servicePort('b'), [ep('10.0.0.2', 8080)]);
+      let release: () => void = () => {};
+      h.portals.hold = new Promise((r) => {
+        release = r;
+      });
+      const syncing = h.proxier.sync();
+      await new Promise((r) => setImmediate(r));
+      await h.proxier.close();
+      release();
+      assert.equal(await syncing, undefined, 'the sync reports nothing once closed');
+      assert.equal(saved.length, 1, 'no empty port map after the close');
+    },
+  },
   {
     name: 'after close(), drained() waits for the last connection of every listener, then resolves',
     async run() {
@@ -556,6 +590,13 @@ const loopCases: { name: string; run(): Promise<void> }[] = [
       h.tick();
       assert.deepEqual(h.events, ['applied services=0 endpoints=1', 'endpoints applied']);
       await h.loop.stop();
+      // Stopped: a change from a source that is still closing is neither applied nor reported.
+      h.events.length = 0;
+      h.source.setEndpoints(keyOf('a'), [ep('10.0.0.1', 8080)]);
+      h.loop.onChange();
+      h.tick();
+      assert.deepEqual(h.events, []);
+      assert.equal(h.proxier.get(keyOf('a'))?.endpoints.length, 2);
     },
   },
   {

@@ -191,6 +191,25 @@ test('skipped services (headless, ExternalName, no clusterIP, SCTP) give no port
   assert.match(warnings[0]!.msg, /SCTP/);
 });
 
+test('a Service whose update keeps the same problem is warned about once, and again after it is fixed and broken', () => {
+  const { intake, warnings } = setup();
+  const sctp = (annotation: string) => {
+    const s = svc('sctp', { ports: [{ name: 'dns', protocol: 'SCTP', port: 53 }] });
+    s.metadata = { ...s.metadata, annotations: { note: annotation } };
+    return s;
+  };
+  intake.onServiceAdd(sctp('a'));
+  intake.onServiceUpdate(sctp('a'), sctp('b'));
+  intake.onServiceUpdate(sctp('b'), sctp('c'));
+  assert.equal(warnings.length, 1, 'annotation-only updates say nothing new');
+  intake.onServiceUpdate(sctp('c'), svc('sctp'));
+  intake.onServiceUpdate(svc('sctp'), sctp('d'));
+  assert.equal(warnings.length, 2, 'broken again after a fix: warned again');
+  intake.onServiceDelete(sctp('d'));
+  intake.onServiceAdd(sctp('e'));
+  assert.equal(warnings.length, 3, 'a new Service of the same name is warned about');
+});
+
 test('FQDN slices and slices without the label are ignored; counters follow kube-proxy', () => {
   const { state, intake, warnings } = setup();
   intake.onServiceAdd(svc('web'));
