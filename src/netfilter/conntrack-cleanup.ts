@@ -4,6 +4,7 @@
 
 import type { PortalSpec } from '../proxier/portal-programmer.ts';
 import type { IPFamily } from '../state/service-port.ts';
+import { type PortalTarget, portalTargets } from './rules.ts';
 
 /**
  * One `conntrack -D -p udp` to run: the flows whose original destination is `origDst`:`origDstPort`
@@ -83,21 +84,18 @@ function destinations(spec: PortalSpec | undefined, family: IPFamily): Map<strin
 }
 
 /**
- * The proxy ports of the rules (rules.ts PortalSpec): ClusterIP traffic goes to the local list under
- * internalTrafficPolicy Local, else to the cluster list; external traffic from outside to the local
- * list under externalTrafficPolicy Local, else to the cluster list, and from this node always to the
- * cluster list. An empty list gets no NAT.
+ * Where new flows are NATed, as the rules decide it (portalTargets): ClusterIP traffic to `internal`;
+ * external traffic to `external` from outside and to the short-circuit target from this node (the
+ * same listener unless externalTrafficPolicy is Local). `-`: not NATed (REJECT / DROP).
  */
 function targets(spec: PortalSpec, family: IPFamily): Targets {
-  const sp = spec.servicePort;
-  const lists = spec.endpoints[family];
-  const cluster = lists.cluster ? String(spec.proxyPort) : NONE;
-  // A service port that uses only the local list serves it on proxyPort (localProxyPort is 0).
-  const local = lists.local ? String(spec.localProxyPort !== 0 ? spec.localProxyPort : spec.proxyPort) : NONE;
-  return {
-    internal: sp.internalPolicyLocal ? local : cluster,
-    external: sp.externalPolicyLocal ? `${local}/${cluster}` : cluster,
-  };
+  const t = portalTargets(spec, family);
+  const port = (target: PortalTarget | undefined) => (target === undefined ? NONE : String(target.port));
+  const external =
+    t.external === undefined && t.shortCircuit === undefined
+      ? NONE
+      : `${port(t.external)}/${port(t.shortCircuit)}`;
+  return { internal: port(t.internal), external };
 }
 
 function familyOf(ip: string): IPFamily {

@@ -496,20 +496,11 @@ export function nodePortDestinations(ctx: RuleContext): (string | undefined)[] {
   const type = v === 4 ? 'ipv4' : 'ipv6';
   const blocks = new BlockList();
   let any = false;
-  for (const cidr of ctx.nodePortAddresses) {
-    const slash = cidr.indexOf('/');
-    const ip = cidr.slice(0, slash);
-    const prefix = Number(cidr.slice(slash + 1));
-    if (
-      slash < 0 ||
-      isIP(ip) !== v ||
-      !Number.isInteger(prefix) ||
-      prefix < 0 ||
-      prefix > (v === 4 ? 32 : 128)
-    )
-      continue;
-    if (prefix === 0) return [undefined];
-    blocks.addSubnet(ip, prefix, type);
+  for (const text of ctx.nodePortAddresses) {
+    const cidr = parseCIDR(text, v);
+    if (cidr === undefined) continue;
+    if (cidr.prefix === 0) return [undefined];
+    blocks.addSubnet(cidr.ip, cidr.prefix, type);
     any = true;
   }
   if (!any) return [undefined];

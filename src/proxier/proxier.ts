@@ -541,9 +541,8 @@ export class Proxier {
     this.#services.delete(key);
     this.#portals.invalidate(key);
     this.#portsChanged = true;
-    await rt.listener.close();
-    await this.#claims.release(key);
     await rt.close();
+    await this.#claims.release(key);
     this.#log.info({ service: key, proxyPort: rt.proxyPort }, 'Closed service port');
   }
 

@@ -7,9 +7,6 @@ import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
 import type { ServicePortContext, ServicePortStats } from '../relay/service-context.ts';
 
-/** The contexts the proxier builds: of its own balancers, whose endpoints and affinity it sets. */
-type RelayContext = ServicePortContext<RoundRobinBalancer>;
-
 import { newServicePortStats } from '../relay/service-context.ts';
 import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
 import { type ServicePort, usesClusterEndpoints, usesLocalEndpoints } from '../state/service-port.ts';
@@ -24,6 +21,9 @@ import {
 import type { PortBinder } from './port-binder.ts';
 import { type FamilyPortalEndpoints, portalEndpoints } from './portal-endpoints.ts';
 import type { ServicePortListener } from './service-port-listener.ts';
+
+/** The contexts the proxier builds: of its own balancers, whose endpoints and affinity it sets. */
+type RelayContext = ServicePortContext<RoundRobinBalancer>;
 
 /** The state-file key of a service port's local-list listener: its own key plus `/local`. */
 export function localProxyPortKey(key: string): string {

@@ -4,6 +4,7 @@
 
 import { ProxyError } from '../lib/errors.ts';
 import { LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME } from '../lib/kubernetes-labels.ts';
+import { type Note, NotesOnce } from '../lib/notes-once.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import type { EndpointSlice, Node, ObjectMeta, Service } from './objects.ts';
 import {
@@ -58,22 +59,19 @@ export function isProxied(kind: Kind, object: KubeObject): boolean {
   return !Object.hasOwn(labels, LABEL_SERVICE_PROXY_NAME) && !Object.hasOwn(labels, LABEL_HEADLESS);
 }
 
-type Note = [msg: string, fields: Record<string, unknown>];
-
 /**
  * Validates, selects, reports and dispatches. Also ProxyHandlers itself, for callers holding unchecked
  * objects (tests, benchmarks): each call is a receive() of the checked object.
  */
 export class Intake implements ProxyHandlers {
   readonly #handlers: ProxyHandlers;
-  readonly #warn: Warn;
   readonly #nodeName: string | undefined;
-  // The notes last logged per object (`Kind namespace/name`), so a resync of the same object is quiet.
-  readonly #reported = new Map<string, string>();
+  // Notes per object (`Kind namespace/name`), so a resync of the same object is quiet.
+  readonly #notes: NotesOnce;
 
   constructor(handlers: ProxyHandlers, options: IntakeOptions) {
     this.#handlers = handlers;
-    this.#warn = options.warn;
+    this.#notes = new NotesOnce(options.warn);
     this.#nodeName = options.nodeName || undefined;
   }
 
@@ -90,18 +88,18 @@ export class Intake implements ProxyHandlers {
       if (this.#nodeName !== undefined && name !== this.#nodeName) return;
     } else if (objectKey(object?.metadata) === undefined) {
       const what = op === 'delete' ? 'Ignoring delete of an unnamed object' : undefined;
-      if (what !== undefined) this.#report(`${kind} (unnamed)`, [[what, { kind }]]);
+      if (what !== undefined) this.#notes.report(`${kind} (unnamed)`, [[what, { kind }]]);
       else this.#reportInvalid(kind, undefined, next.problems);
       return;
     }
     const id = `${kind} ${nameOf(kind, object)}`;
     if (op === 'delete') {
-      this.#reported.delete(id);
+      this.#notes.forget(id);
       this.#dispatch('delete', kind, object, object);
       return;
     }
     if (!isProxied(kind, object)) {
-      this.#reported.delete(id);
+      this.#notes.forget(id);
       if (op === 'update' && (old === undefined || isProxied(kind, old)))
         this.#dispatch('delete', kind, object, object);
       return;
@@ -110,7 +108,7 @@ export class Intake implements ProxyHandlers {
       this.#reportInvalid(kind, nameOf(kind, object), next.problems);
       return;
     }
-    this.#report(id, notesOf(kind, nameOf(kind, object), next));
+    this.#notes.report(id, notesOf(kind, nameOf(kind, object), next));
     this.#dispatch(op, kind, object, old ?? object);
   }
 
@@ -145,19 +143,7 @@ export class Intake implements ProxyHandlers {
     const lines = problems.map(formatProblem);
     const err = new ProxyError('KUP_ERR_INVALID_OBJECT', `${kind} ${object} skipped: ${lines.join('; ')}`);
     const fields = { kind, object, problems: lines, err };
-    this.#report(`${kind} ${object}`, [['Ignoring invalid object', fields]]);
-  }
-
-  // Logs the notes for an object unless they are exactly what was logged for it last time.
-  #report(id: string, notes: readonly Note[]): void {
-    if (notes.length === 0) {
-      this.#reported.delete(id);
-      return;
-    }
-    const signature = JSON.stringify(notes);
-    if (this.#reported.get(id) === signature) return;
-    this.#reported.set(id, signature);
-    for (const [msg, fields] of notes) this.#warn(msg, fields);
+    this.#notes.report(`${kind} ${object}`, [['Ignoring invalid object', fields]]);
   }
 
   onServiceAdd(service: Service): void {

@@ -4,6 +4,7 @@
 // What a valid Service cannot be programmed with is reported through `warn`.
 
 import { ANNOTATION_LAST_CHANGE_TRIGGER_TIME, LABEL_TOPOLOGY_ZONE } from '../lib/kubernetes-labels.ts';
+import { type Note, NotesOnce } from '../lib/notes-once.ts';
 import type { ProxyHandlers } from '../source/handlers.ts';
 import type { EndpointSlice, Node, ObjectMeta, Service } from '../source/objects.ts';
 import { categorizeEndpoints, sameServicePortEndpoints } from './categorize-endpoints.ts';
@@ -47,9 +48,8 @@ type ServiceChange = { readonly previous: readonly ServicePort[]; current: reado
 
 export class ProxyState implements ProxyHandlers {
   readonly #nodeName: string;
-  readonly #warn: Warn;
-  /** The last notes logged per Service, so that an update with the same problems does not log again. */
-  readonly #reported = new Map<ServiceKey, string>();
+  /** Notes per Service, so that an update with the same problems does not log again. */
+  readonly #notes: NotesOnce;
   readonly #onChange: () => void;
   readonly #startTimeMs: number;
 
@@ -76,7 +76,7 @@ export class ProxyState implements ProxyHandlers {
 
   constructor(options: ProxyStateOptions) {
     this.#nodeName = options.nodeName;
-    this.#warn = options.warn;
+    this.#notes = new NotesOnce(options.warn);
     this.#onChange = options.onChange ?? (() => {});
     this.#startTimeMs = options.startTimeMs ?? Number.NEGATIVE_INFINITY;
     this.#slices = new EndpointSliceCache(options.nodeName);
@@ -275,29 +275,14 @@ export class ProxyState implements ProxyHandlers {
     // An informer resync delivers the same object again: nothing to do, nothing to log again.
     if (stored !== undefined && deepEqual(stored, service)) return;
     this.#services.set(key, service);
-    const notes: [string, Record<string, unknown>][] = [];
+    const notes: Note[] = [];
     const ports = servicePortsFromService(service, (msg, fields) => notes.push([msg, fields]));
-    this.#reportNotes(key, notes);
+    this.#notes.report(key, notes);
     if (this.#setServicePorts(key, ports)) this.#onChange();
   }
 
-  /**
-   * Logs what building a Service's ports ignored, unless it is exactly what was logged for that
-   * Service last time (a status or annotation update of a Service with an SCTP port says it once).
-   */
-  #reportNotes(key: ServiceKey, notes: readonly [string, Record<string, unknown>][]): void {
-    if (notes.length === 0) {
-      this.#reported.delete(key);
-      return;
-    }
-    const signature = JSON.stringify(notes);
-    if (this.#reported.get(key) === signature) return;
-    this.#reported.set(key, signature);
-    for (const [msg, fields] of notes) this.#warn(msg, fields);
-  }
-
   #deleteService(key: ServiceKey): void {
-    this.#reported.delete(key);
+    this.#notes.forget(key);
     if (!this.#services.delete(key)) return;
     if (this.#setServicePorts(key, [])) this.#onChange();
   }

@@ -13,42 +13,17 @@ import type { ServicePortContext } from '../../../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS } from '../../../src/relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS } from '../../../src/relay/udp.ts';
 import type { Endpoint, ServicePortEndpoints } from '../../../src/state/endpoint.ts';
-import {
-  type ServicePort,
-  type ServicePortKey,
-  servicePortKey,
-  servicePortName,
-} from '../../../src/state/service-port.ts';
+import type { ServicePort, ServicePortKey } from '../../../src/state/service-port.ts';
 import type { Snapshot } from '../../../src/state/snapshot.ts';
 import { ep } from '../../helpers/endpoints.ts';
 import { FakeClock } from '../../helpers/fake-clock.ts';
+import { type PortalOptions, portal } from '../../helpers/portals.ts';
 
 const BASE = 30000;
 
-function servicePort(name: string, extra: Partial<ServicePort> = {}): ServicePort {
-  const spName = servicePortName('default', name, 'http');
-  return {
-    key: servicePortKey(spName, 'TCP'),
-    name: spName,
-    namespace: 'default',
-    serviceName: name,
-    portName: 'http',
-    protocol: 'TCP',
-    clusterIPs: ['10.96.0.1'],
-    port: 80,
-    nodePort: 0,
-    externalIPs: [],
-    loadBalancerIPs: [],
-    loadBalancerSourceRanges: [],
-    sessionAffinity: 'None',
-    stickyMaxAgeSeconds: 10800,
-    externallyAccessible: false,
-    externalPolicyLocal: false,
-    internalPolicyLocal: false,
-    healthCheckNodePort: 0,
-    trace: undefined,
-    ...extra,
-  };
+/** `default/<name>:http/TCP` on 10.96.0.1:80 (the helpers' builder), with `extra` on top. */
+function servicePort(name: string, extra: PortalOptions = {}): ServicePort {
+  return portal('default', name, 'http', { clusterIPs: ['10.96.0.1'], ...extra }).servicePort;
 }
 
 function endpoints(list: readonly Endpoint[]): ServicePortEndpoints {
