@@ -30,4 +30,4 @@ ENV NODE_ENV=production
 # Root, because it programs iptables (the DaemonSet grants only NET_ADMIN); health 10256, metrics 10249.
 USER root
 EXPOSE 10256
-ENTRYPOINT ["node", "/usr/local/lib/node_modules/kube-userspace-proxy/bin/kube-userspace-proxy.js"]
+ENTRYPOINT ["node", "--disable-sigusr1", "/usr/local/lib/node_modules/kube-userspace-proxy/bin/kube-userspace-proxy.js"]

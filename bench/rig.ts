@@ -228,7 +228,10 @@ export class Rig {
     await this.daemons.get(key)?.stop();
     const from = typeof source === 'string' ? ['--manifest', source] : ['--master', source.master];
     const spawnedAt = Date.now();
-    const daemon = this.#spawn(key, ns, process.execPath, [
+    // KUP_INSPECTOR_SIGNAL=1: the proxy lets SIGUSR1 open its inspector (collectGarbage); off otherwise.
+    const daemon = this.#spawn(key, ns, 'env', [
+      'KUP_INSPECTOR_SIGNAL=1',
+      process.execPath,
       PROXY_BIN,
       ...from,
       '--hostname-override',

@@ -47,8 +47,7 @@ export async function main(argv: string[]): Promise<number> {
   if (argv[0] === 'connections') return runConnections(argv.slice(1), process.stdout);
   if (argv[0] === 'trace') {
     const stop = new AbortController();
-    process.once('SIGINT', () => stop.abort());
-    process.once('SIGTERM', () => stop.abort());
+    for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.once(signal, () => stop.abort());
     return runTrace(argv.slice(1), process.stdout, stop.signal);
   }
   let parsed: Awaited<ReturnType<typeof parseArgs>>;
@@ -102,9 +101,18 @@ export async function main(argv: string[]): Promise<number> {
         },
       );
     };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+    // SIGHUP (a closed terminal, a supervisor's stop) drains like SIGTERM instead of killing the relays.
+    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.once(signal, () => stop(signal));
   });
+  // The bin's first line already keeps SIGUSR1 from opening the inspector; this holds for any other caller
+  // of main() too, and says so once.
+  if (process.env.KUP_INSPECTOR_SIGNAL !== '1') {
+    let told = false;
+    process.on('SIGUSR1', () => {
+      if (!told) log.warn('Ignoring SIGUSR1: the inspector cannot be opened by a signal');
+      told = true;
+    });
+  }
   try {
     await server.start();
     log.info(

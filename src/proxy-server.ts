@@ -26,7 +26,7 @@ import {
 } from './proxier/process-limits.ts';
 import { Proxier } from './proxier/proxier.ts';
 import { registerResourceMetrics } from './proxier/resource-metrics.ts';
-import { resolveStateFile, StateFile } from './proxier/state-file.ts';
+import { lockStateFile, resolveStateFile, StateFile, type StateFileLock } from './proxier/state-file.ts';
 import { SyncLoop } from './proxier/sync-loop.ts';
 import { DEFAULT_TCP_OPTIONS } from './relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS } from './relay/udp.ts';
@@ -84,6 +84,7 @@ export class ProxyServer {
   /** The real iptables runs as this process: it needs NET_ADMIN (an injected one, in tests, does not). */
   readonly #needsNetAdmin: boolean;
   #stateFile: StateFile | undefined;
+  #stateFileLock: StateFileLock | undefined;
   /** Active and recently closed connections, and the live trace stream (--trace). */
   readonly connections: ConnectionTable;
   readonly tracer: Tracer;
@@ -328,8 +329,11 @@ export class ProxyServer {
       {
         name: 'proxy ports',
         start: () => this.#loadPreferredPorts(),
-        // After the listeners closed: what the next process reads back.
-        close: async () => this.#stateFile?.flush(),
+        // After the listeners closed: what the next process reads back; then the file is free.
+        close: async () => {
+          await this.#stateFile?.flush();
+          await this.#stateFileLock?.release();
+        },
       },
       {
         name: 'service port listeners',
@@ -400,6 +404,7 @@ export class ProxyServer {
     // It also covers --no-iptables, where there are no rules.
     const stateFile = await resolveStateFile(this.config.stateFile);
     if (stateFile !== undefined) {
+      this.#stateFileLock = await lockStateFile(stateFile);
       this.#stateFile = new StateFile(stateFile, this.log.child({ component: 'state-file' }));
       const ports = await this.#stateFile.load();
       for (const [key, port] of ports) this.#preferredPorts.set(key, port);

@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   'KUP_ERR_PORT_CONFLICT',
   'KUP_ERR_SHUTDOWN_TIMEOUT',
   'KUP_ERR_PERMISSION',
+  'KUP_ERR_STATE_FILE_LOCKED',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -1,10 +1,13 @@
 // The proxy-port assignment survives a restart through --state-file, also with --no-iptables (no rules
-// to read it back from); a corrupt file costs nothing but new ports.
+// to read it back from); a corrupt file costs nothing but new ports; two proxies never share one file.
 import assert from 'node:assert/strict';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { DEFAULT_CONFIG } from '../../src/config/config.ts';
+import { silentLogger } from '../../src/lib/log.ts';
+import { ProxyServer } from '../../src/proxy-server.ts';
 import { service, slice, startManifestProxy } from '../helpers/manifests.ts';
 import { identityServer, request, waitFor } from '../helpers/servers.ts';
 
@@ -82,4 +85,53 @@ test('--state-file "": no file; the default path is used only where its director
   const proxy = await startManifestProxy(objects(1), { stateFile: '' });
   t.after(() => proxy.close());
   assert.doesNotMatch(proxy.logs.join(''), /state file/);
+});
+
+test('--state-file: a second proxy on the same file refuses to start, naming the holder; the first serves on', async (t) => {
+  const backend = await identityServer('127.0.0.11', 'pod');
+  t.after(() => backend.close());
+  const dir = await mkdtemp(join(tmpdir(), 'kup-statefile-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const stateFile = join(dir, 'state.json');
+  const first = await startManifestProxy(objects(backend.port), { stateFile });
+  t.after(() => first.close());
+  await waitFor(() => KEYS.every((k) => first.proxyPort(k) !== undefined), 5000, 'the service ports');
+  await waitFor(
+    async () => (await readFile(stateFile, 'utf8').catch(() => '')).includes('dns'),
+    5000,
+    'the file',
+  );
+  const text = await readFile(stateFile, 'utf8');
+
+  const second = new ProxyServer(
+    {
+      ...DEFAULT_CONFIG,
+      manifest: first.file,
+      iptables: false,
+      hostnameOverride: 'node-1',
+      healthzBindAddress: '',
+      metricsBindAddress: '',
+      stateFile,
+    },
+    { log: silentLogger() },
+  );
+  await assert.rejects(second.start(), (err: Error & { code?: string }) => {
+    assert.equal(err.code, 'KUP_ERR_STATE_FILE_LOCKED');
+    assert.match(
+      err.message,
+      new RegExp(`another proxy \\(pid ${process.pid}\\) uses the state file ${stateFile}`),
+    );
+    return true;
+  });
+  await second.close();
+  assert.equal(await readFile(stateFile, 'utf8'), text, 'the file is untouched');
+  assert.equal(await request(first.proxyPort('default/web:http/TCP')!), 'pod');
+
+  // Released at close: the next proxy takes the file and its ports.
+  const before = Object.fromEntries(KEYS.map((k) => [k, first.proxyPort(k)]));
+  await first.close();
+  const third = await startManifestProxy(objects(backend.port), { stateFile });
+  t.after(() => third.close());
+  await waitFor(() => KEYS.every((k) => third.proxyPort(k) !== undefined), 5000, 'the service ports again');
+  assert.deepEqual(Object.fromEntries(KEYS.map((k) => [k, third.proxyPort(k)])), before);
 });

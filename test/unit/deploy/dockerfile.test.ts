@@ -121,12 +121,13 @@ test('the runtime has iptables, conntrack and iproute2, the iptables wrapper, an
   for (const u of inStage(last, 'USER')) assert.match(u.args, /^(root|0)$/);
 });
 
-test('the ENTRYPOINT is the CLI, laid out as an installed package (so it runs dist/)', () => {
+test('the ENTRYPOINT is the CLI, laid out as an installed package (so it runs dist/), SIGUSR1 disabled', () => {
   const entry = inStage(last, 'ENTRYPOINT');
   assert.equal(entry.length, 1);
   const argv = JSON.parse(entry[0]!.args) as string[];
   const dir = workdir(last)!;
-  assert.deepEqual(argv, ['node', `${dir}/bin/kube-userspace-proxy.js`]);
+  // --disable-sigusr1: no signal can open the inspector, not even before the CLI's first line runs.
+  assert.deepEqual(argv, ['node', '--disable-sigusr1', `${dir}/bin/kube-userspace-proxy.js`]);
   // bin/kube-userspace-proxy.js runs dist/ under node_modules (src/ otherwise).
   assert.match(dir, /\/node_modules\/kube-userspace-proxy$/);
   assert.ok(inStage(last, 'COPY').some((c) => /^bin\s+(\.\/bin|bin)$/.test(c.args)));

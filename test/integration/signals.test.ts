@@ -1,0 +1,143 @@
+// Signals a local process can send the CLI: SIGUSR1 must not open Node's inspector (code execution as
+// root for anyone on the host's loopback), SIGHUP drains like SIGTERM. Loopback only, --no-iptables.
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type TestContext, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { service, slice, toYaml } from '../helpers/manifests.ts';
+
+const BIN = fileURLToPath(new URL('../../bin/kube-userspace-proxy.js', import.meta.url));
+/** What Node prints when a signal opened (or tried to open) its inspector. */
+const INSPECTOR = /Debugger listening|Starting inspector/;
+
+type Proxy = {
+  child: ChildProcess;
+  stdout: () => string;
+  stderr: () => string;
+  proxyPort: number;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+};
+
+/** A backend on 127.0.0.1 that answers `pong` `delayMs` after it reads anything, then closes. */
+async function slowBackend(t: TestContext, delayMs: number): Promise<number> {
+  const server = net.createServer((socket) => {
+    socket.on('error', () => {});
+    socket.once('data', () => setTimeout(() => socket.end('pong'), delayMs));
+  });
+  await new Promise<void>((resolve) => server.listen({ host: '127.0.0.1', port: 0 }, resolve));
+  t.after(() => new Promise((resolve) => server.close(resolve)));
+  return (server.address() as net.AddressInfo).port;
+}
+
+async function startProxy(t: TestContext, backendPort: number, env: NodeJS.ProcessEnv = {}): Promise<Proxy> {
+  const dir = await mkdtemp(join(tmpdir(), 'kup-signals-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'm.yaml');
+  await writeFile(
+    file,
+    toYaml([
+      service('web', '10.96.0.1', [{ name: 'http', port: 80, targetPort: backendPort }]),
+      slice('web', 'w', [{ ip: '127.0.0.1' }], [{ name: 'http', port: backendPort }]),
+    ]),
+  );
+  const args = [
+    BIN,
+    '--manifest',
+    file,
+    '--no-iptables',
+    '--bind-address=0.0.0.0',
+    '--healthz-bind-address=',
+    '--metrics-bind-address=',
+    '--state-file=',
+  ];
+  const child = spawn(process.execPath, args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, KUP_INSPECTOR_SIGNAL: '', ...env },
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (c) => {
+    stdout += c;
+  });
+  child.stderr!.on('data', (c) => {
+    stderr += c;
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
+  t.after(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
+  const deadline = Date.now() + 10_000;
+  let proxyPort = 0;
+  while (proxyPort === 0 && Date.now() < deadline && child.exitCode === null) {
+    const line = stdout.split('\n').find((l) => l.includes('Opened service port'));
+    if (line !== undefined) proxyPort = (JSON.parse(line) as { proxyPort: number }).proxyPort;
+    else await sleep(20);
+  }
+  assert.ok(proxyPort > 0, `the proxy did not open its port:\n${stdout}\n${stderr}`);
+  return { child, stdout: () => stdout, stderr: () => stderr, proxyPort, exited };
+}
+
+/** Connects through the proxy, sends `ping`, resolves with everything read until the close. */
+function exchange(port: number, onSent: () => void = () => {}): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host: '127.0.0.1', port }, () => {
+      socket.write('ping');
+      onSent();
+    });
+    let got = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (c) => {
+      got += c;
+    });
+    socket.on('end', () => resolve(got));
+    socket.on('error', reject);
+    socket.setTimeout(5_000, () => socket.destroy(new Error('no answer in 5 s')));
+  });
+}
+
+test('SIGUSR1 does not open the inspector: the proxy logs it once and keeps serving', async (t) => {
+  const backend = await slowBackend(t, 0);
+  const proxy = await startProxy(t, backend);
+  for (let i = 0; i < 3; i++) {
+    proxy.child.kill('SIGUSR1');
+    await sleep(100);
+  }
+  await sleep(300);
+  assert.doesNotMatch(proxy.stderr(), INSPECTOR);
+  assert.equal(proxy.child.exitCode, null, 'the proxy is alive');
+  assert.equal(await exchange(proxy.proxyPort), 'pong');
+  const ignored = proxy
+    .stdout()
+    .split('\n')
+    .filter((l) => l.includes('Ignoring SIGUSR1'));
+  assert.equal(ignored.length, 1, proxy.stdout());
+  proxy.child.kill('SIGTERM');
+  assert.deepEqual(await proxy.exited, { code: 0, signal: null });
+});
+
+test('KUP_INSPECTOR_SIGNAL=1 (the benchmark’s switch) lets SIGUSR1 open the inspector', async (t) => {
+  const backend = await slowBackend(t, 0);
+  const proxy = await startProxy(t, backend, { KUP_INSPECTOR_SIGNAL: '1' });
+  proxy.child.kill('SIGUSR1');
+  const deadline = Date.now() + 5_000;
+  while (!INSPECTOR.test(proxy.stderr()) && Date.now() < deadline) await sleep(20);
+  assert.match(proxy.stderr(), INSPECTOR);
+  proxy.child.kill('SIGTERM');
+  assert.deepEqual(await proxy.exited, { code: 0, signal: null });
+});
+
+test('SIGHUP drains like SIGTERM: a request in flight gets its answer, exit 0', async (t) => {
+  const backend = await slowBackend(t, 400);
+  const proxy = await startProxy(t, backend);
+  const answer = exchange(proxy.proxyPort, () => setTimeout(() => proxy.child.kill('SIGHUP'), 100));
+  assert.equal(await answer, 'pong');
+  assert.deepEqual(await proxy.exited, { code: 0, signal: null });
+  assert.match(proxy.stdout(), /"signal":"SIGHUP".*Shutting down/);
+});
