@@ -22,6 +22,7 @@ import {
   hasCapability,
   readEffectiveCapabilities,
   readFdLimits,
+  tcpConnectionCap,
   udpSessionCap,
 } from './proxier/process-limits.ts';
 import { Proxier } from './proxier/proxier.ts';
@@ -34,6 +35,7 @@ import { debugRoutes } from './server/debug.ts';
 import { healthRoutes } from './server/health-routes.ts';
 import type { HttpServer, Route } from './server/http.ts';
 import { startHttpServer } from './server/http.ts';
+import { type HttpLimits, PROBE_CLIENT_LIMIT } from './server/http-guard.ts';
 import type { ProxyMetrics } from './server/metrics.ts';
 import { createMetrics, metricsRoutes } from './server/metrics.ts';
 import { ProxyHealth } from './server/proxy-health.ts';
@@ -120,6 +122,7 @@ export class ProxyServer {
     this.serviceHealth = new ServiceHealthServer({
       log: this.log.child({ component: 'service-health' }),
       proxyHealthy: () => this.health.isLive(Date.now()),
+      onFdExhausted: (err) => this.proxier.fdPressure.exhausted('accept', Date.now(), err),
     });
     this.#sysctl = config.iptables
       ? (deps.sysctl ?? (deps.iptables === undefined ? realSysctl : undefined))
@@ -167,7 +170,7 @@ export class ProxyServer {
           ...DEFAULT_TCP_OPTIONS,
           idleTimeoutMs: config.tcpIdleTimeoutMs,
           halfCloseTimeoutMs: config.tcpHalfCloseTimeoutMs,
-          maxConnections: config.maxConnectionsPerService,
+          maxConnections: tcpConnectionCap(config.maxConnectionsPerService, this.#fdLimits),
         },
         udp: {
           ...DEFAULT_UDP_OPTIONS,
@@ -261,6 +264,7 @@ export class ProxyServer {
         soft: this.#fdLimits?.soft,
         hard: this.#fdLimits?.hard,
         udpMaxSessionsTotal: this.proxier.udpBudget?.max,
+        maxConnectionsPerService: tcpConnectionCap(this.config.maxConnectionsPerService, this.#fdLimits),
       },
       'File descriptor limit',
     );
@@ -312,6 +316,8 @@ export class ProxyServer {
         (s) => {
           this.healthServer = s;
         },
+        // Every pod reaches it: one client cannot fill it.
+        { maxConnectionsPerClient: PROBE_CLIENT_LIMIT },
       ),
       this.#httpServer(
         'metrics',
@@ -367,6 +373,7 @@ export class ProxyServer {
     address: string,
     routes: () => Record<string, Route>,
     started: (s: HttpServer) => void,
+    limits: Partial<HttpLimits> = {},
   ): Part {
     let server: HttpServer | undefined;
     return {
@@ -374,7 +381,11 @@ export class ProxyServer {
       start: async () => {
         if (address === '') return;
         try {
-          server = await startHttpServer(address, routes());
+          server = await startHttpServer(address, routes(), {
+            log: this.log.child({ component: `${name}-server` }),
+            limits,
+            onFdExhausted: (err) => this.proxier.fdPressure.exhausted('accept', Date.now(), err),
+          });
           started(server);
         } catch (err) {
           if (this.config.bindAddressHardFail)

@@ -1,10 +1,14 @@
 // The --config file: a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1, YAML or JSON) read into a
 // checked Partial<Config>, and a Config written back as one (--write-config-to). Strict: an unknown field
-// is an error; real v1alpha1 fields that do not apply to the userspace proxy are accepted and listed.
-import { readFile, writeFile } from 'node:fs/promises';
+// is an error; real v1alpha1 fields that do not apply to the userspace proxy are accepted and listed. The
+// text passes lib/safe-yaml.ts's limits (nesting, aliases) before it is parsed for positions.
+import { writeFile } from 'node:fs/promises';
 import { isDeepStrictEqual } from 'node:util';
 import { Document, LineCounter, parseDocument, Scalar } from 'yaml';
 import { ProxyError } from '../lib/errors.ts';
+import { readRegularFile } from '../lib/read-regular-file.ts';
+import { readYaml } from '../lib/safe-yaml.ts';
+import { linePosition } from '../lib/text-position.ts';
 import type { Config } from './config-type.ts';
 import { IGNORED_FIELDS, isUnset } from './ignored.ts';
 import { SETTINGS, type Setting } from './settings.ts';
@@ -58,6 +62,12 @@ function isObject(v: unknown): v is Record<string, unknown> {
  * field, or a bad value.
  */
 export function parseConfigFile(text: string, file: string): ConfigFile {
+  // An alias bomb or a 10,000-deep nesting is refused here, with its place, before anything expands it.
+  const guard = readYaml(text);
+  if (guard.error?.limit) {
+    const { line, col } = linePosition(text, guard.error.offset);
+    throw new ProxyError('KUP_ERR_CONFIG_FILE', `config file ${file}:${line}:${col}: ${guard.error.message}`);
+  }
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, uniqueKeys: true });
   // `file:line:col` of the field at `path` (its value when it has one), for every message.
@@ -82,7 +92,13 @@ export function parseConfigFile(text: string, file: string): ConfigFile {
         : syntax.message.split(' at line ')[0];
     throw new ProxyError('KUP_ERR_CONFIG_FILE', `config file ${at}: ${message}`);
   }
-  const root: unknown = doc.toJS();
+  let root: unknown;
+  try {
+    // Bounded by the guard above, unless js-yaml could not read the text: then `yaml`'s own bound.
+    root = doc.toJS({ maxAliasCount: guard.error === undefined ? -1 : 100 });
+  } catch (err) {
+    return fail([], `cannot be read: ${(err as Error).message}`);
+  }
   if (!isObject(root))
     return fail([], root == null ? 'the file is empty' : `expected a ${CONFIG_KIND} object`);
   if (root.apiVersion !== CONFIG_API_VERSION)
@@ -128,11 +144,14 @@ export function parseConfigFile(text: string, file: string): ConfigFile {
   return { config, ignored };
 }
 
-/** Reads and parses a config file (see parseConfigFile); an unreadable file is KUP_ERR_CONFIG_FILE too. */
+/**
+ * Reads and parses a config file (see parseConfigFile); an unreadable file is KUP_ERR_CONFIG_FILE too, and
+ * so is anything but a regular file (a FIFO would block the start for ever).
+ */
 export async function loadConfigFile(path: string): Promise<ConfigFile> {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = (await readRegularFile(path)).toString('utf8');
   } catch (err) {
     throw new ProxyError('KUP_ERR_CONFIG_FILE', `config file ${path}: ${(err as Error).message}`, {
       cause: err,
@@ -142,31 +161,39 @@ export async function loadConfigFile(path: string): Promise<ConfigFile> {
 }
 
 /**
+ * `config` as a KubeProxyConfiguration object: apiVersion, kind, `mode`, then every field a file can hold
+ * in kube-proxy's (alphabetical) order. What --write-config-to writes and /configz serves.
+ */
+export function kubeProxyConfiguration(config: Config): Record<string, unknown> {
+  const fields: Record<string, unknown> = {};
+  for (const s of SETTINGS) if (s.file !== undefined) setIn(fields, s.file.split('.'), fileValue(s, config));
+  // `mode` first: it says which proxier the rest is for.
+  const { mode, ...rest } = fields;
+  const sorted = Object.keys(rest).sort();
+  return {
+    apiVersion: CONFIG_API_VERSION,
+    kind: CONFIG_KIND,
+    mode,
+    ...Object.fromEntries(sorted.map((name) => [name, rest[name]])),
+  };
+}
+
+/**
  * Renders every field of `config` that a KubeProxyConfiguration can hold, as YAML that parseConfigFile
  * reads back to the same values. A value a file cannot express (a zero that means the default there: a
  * disabled server, a zero min sync period) carries a comment naming the flag that can.
  */
 export function renderConfigFile(config: Config): string {
-  const fields: Record<string, unknown> = {};
   const notes: [path: string[], note: string][] = [];
   for (const s of SETTINGS) {
     if (s.file === undefined) continue;
     const path = s.file.split('.');
     const value = fileValue(s, config);
-    setIn(fields, path, value);
     const current = s.key === undefined ? s.default : config[s.key];
     if (s.fileZero !== 'value' && s.codec.isZero(value) && !isDeepStrictEqual(current, s.default))
       notes.push([path, `in a file ${spell(value)} means the default; pass --${s.flag}=${s.codec.zeroFlag}`]);
   }
-  // `mode` first: it says which proxier the rest is for. The others in kube-proxy's (alphabetical) order.
-  const { mode, ...rest } = fields;
-  const sorted = Object.keys(rest).sort();
-  const doc = new Document({
-    apiVersion: CONFIG_API_VERSION,
-    kind: CONFIG_KIND,
-    mode,
-    ...Object.fromEntries(sorted.map((name) => [name, rest[name]])),
-  });
+  const doc = new Document(kubeProxyConfiguration(config));
   for (const [path, note] of notes) {
     const node = doc.getIn(path, true);
     if (node instanceof Scalar) node.comment = ` ${note}`;

@@ -124,10 +124,11 @@ export const SETTINGS: readonly Setting[] = [
   }),
   row('maxConnectionsPerService', {
     flag: 'max-connections-per-service',
-    default: 0,
+    // -1: derived from the descriptor limit at start (tcpConnectionCap); not accepted as a flag value.
+    default: -1,
     codec: int(0, MAX),
-    help: 'Concurrent TCP connections per service port; past it new ones are closed and counted',
-    shown: '0 (no cap)',
+    help: 'Concurrent TCP connections per service port (2 fds each); past it new ones are closed and counted. 0 = no cap',
+    shown: 'fd limit / 8, at least 64',
   }),
   row('stateFile', {
     flag: 'state-file',

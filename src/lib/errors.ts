@@ -18,6 +18,8 @@ export const ERROR_CODES = [
   'KUP_ERR_SHUTDOWN_TIMEOUT',
   'KUP_ERR_PERMISSION',
   'KUP_ERR_STATE_FILE_LOCKED',
+  'KUP_ERR_API_REQUEST',
+  'KUP_ERR_API_RESPONSE',
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

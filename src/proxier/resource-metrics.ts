@@ -10,7 +10,7 @@ export function registerResourceMetrics(
 ): void {
   new client.Counter({
     name: 'kup_service_connections_rejected_total',
-    help: 'TCP connections closed at accept and UDP sessions not opened, by reason (limit: --max-connections-per-service; fd-exhausted: out of file descriptors)',
+    help: 'TCP connections closed at accept and UDP sessions not opened, by reason (limit: --max-connections-per-service; fd-exhausted: out of file descriptors; loop: came back from this proxy too many times)',
     labelNames: ['service', 'protocol', 'reason'],
     registers: [registry],
     collect() {
@@ -23,13 +23,26 @@ export function registerResourceMetrics(
   });
   new client.Counter({
     name: 'kup_fd_exhausted_total',
-    help: 'Times a file descriptor was missing (EMFILE/ENFILE), by operation',
+    help: 'Times a file descriptor was missing (EMFILE/ENFILE), by operation (accept: once a second while none is left, as libuv then closes new connections itself)',
     labelNames: ['operation'],
     registers: [registry],
     collect() {
       this.reset();
       const counts = getProxier()?.fdPressure.counts;
       for (const [operation, n] of Object.entries(counts ?? {})) this.inc({ operation }, n);
+    },
+  });
+  new client.Gauge({
+    name: 'kup_forwarding_loop_endpoints',
+    help: "Endpoints left out of a service port's balancer because they lead back to this proxy (its proxy ports, NodePorts or service IPs)",
+    labelNames: ['service', 'protocol'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const s of getProxier()?.status() ?? []) {
+        if (s.loopEndpoints.length > 0)
+          this.set({ service: s.servicePort.name, protocol: s.servicePort.protocol }, s.loopEndpoints.length);
+      }
     },
   });
   new client.Gauge({

@@ -4,6 +4,7 @@
 import type { Logger } from '../lib/log.ts';
 import type { FdPressure } from '../relay/fd-pressure.ts';
 import type { KeepAliveSweeper } from '../relay/keepalive.ts';
+import type { OwnTraffic } from '../relay/own-traffic.ts';
 import type { ServicePortContext } from '../relay/service-context.ts';
 import type { Sweeper } from '../relay/sweeper.ts';
 import { type Connector, TcpListener, type TcpRelayOptions } from '../relay/tcp.ts';
@@ -48,7 +49,9 @@ export type RelayListenerDeps = {
   fdPressure: FdPressure;
   /** The cap on UDP sessions across service ports; undefined = none. */
   budget: UdpSessionBudget | undefined;
-  /** The one timer idle UDP sessions and TCP keep-alive are swept on (default: the process's). */
+  /** Shared by every listener: what comes back from our own sockets (forwarding loops). */
+  ownTraffic?: OwnTraffic;
+  /** The one timer idle UDP sessions, TCP stalls and keep-alive are swept on (default: the process's). */
   sweeper?: Sweeper;
   keepAlive?: KeepAliveSweeper;
 };

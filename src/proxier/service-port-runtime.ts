@@ -7,8 +7,8 @@ import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
 import type { ServicePortContext, ServicePortStats } from '../relay/service-context.ts';
 
-import { newServicePortStats } from '../relay/service-context.ts';
-import type { Endpoint, ServicePortEndpoints } from '../state/endpoint.ts';
+import { newServicePortStats, retainPicks } from '../relay/service-context.ts';
+import type { Endpoint, EndpointKey, ServicePortEndpoints } from '../state/endpoint.ts';
 import { type ServicePort, usesClusterEndpoints, usesLocalEndpoints } from '../state/service-port.ts';
 import {
   cleanupFamilyAffinity,
@@ -18,6 +18,7 @@ import {
   setFamilyAffinity,
   setFamilyEndpoints,
 } from './family-balancers.ts';
+import type { LoopGuard } from './loop-guard.ts';
 import type { PortBinder } from './port-binder.ts';
 import { type FamilyPortalEndpoints, portalEndpoints } from './portal-endpoints.ts';
 import type { ServicePortListener } from './service-port-listener.ts';
@@ -49,6 +50,8 @@ export type ServicePortStatus = {
   localEndpoints: readonly Endpoint[];
   /** What the rules know of the endpoints, per family (REJECT / DROP when a list is empty). */
   portalEndpoints: FamilyPortalEndpoints;
+  /** Endpoints left out of the balancers because they lead back to this proxy (loop-guard.ts). */
+  loopEndpoints: readonly EndpointKey[];
 };
 
 /** What a runtime needs besides its service port: where ports come from, balancer settings, the tracer. */
@@ -57,7 +60,14 @@ export type RuntimeDeps = {
   outlier: OutlierOptions | undefined;
   observerFor: (sp: ServicePort) => ConnectionObserver;
   log: Logger;
+  /** Leaves out the endpoints that lead back to this proxy. */
+  loopGuard: LoopGuard;
 };
+
+const NO_KEYS: readonly EndpointKey[] = [];
+
+/** Scratch for the endpoints a setEndpoints left out (one call at a time: the proxier is synchronous here). */
+const refusedScratch = new Set<EndpointKey>();
 
 /** A listener and what it serves: the second one of a service port that uses both endpoint lists. */
 type PolicyListener = { context: RelayContext; listener: ServicePortListener; proxyPort: number };
@@ -70,7 +80,11 @@ export class ServicePortRuntime {
   readonly proxyPort: number;
   /** What the rules know of the endpoints (REJECT / DROP when a list is empty). */
   endpoints: FamilyPortalEndpoints;
+  /** Endpoints left out because they lead back to this proxy. */
+  loopEndpoints: readonly EndpointKey[] = NO_KEYS;
   #local: PolicyListener | undefined;
+  /** The last endpoints handed over, to filter again when our listeners change. */
+  #eps: ServicePortEndpoints | undefined;
   readonly #deps: RuntimeDeps;
 
   private constructor(
@@ -86,6 +100,7 @@ export class ServicePortRuntime {
     this.proxyPort = primary.proxyPort;
     this.#local = local;
     this.endpoints = portalEndpoints(endpoints);
+    this.#eps = endpoints;
     this.#deps = deps;
   }
 
@@ -102,7 +117,7 @@ export class ServicePortRuntime {
     const stats = newServicePortStats();
     const observer = deps.observerFor(sp);
     const context = newContext(sp, stats, observer, deps.outlier);
-    setFamilyEndpoints(context.balancers, primaryList(sp, endpoints));
+    setFamilyEndpoints(context.balancers, deps.loopGuard.filter(sp, primaryList(sp, endpoints), new Set()));
     const { listener, port } = await deps.binder.listen(context, sp.key, planned);
     let local: PolicyListener | undefined;
     if (needsLocalListener(sp)) {
@@ -114,7 +129,10 @@ export class ServicePortRuntime {
         throw err;
       }
     }
-    return new ServicePortRuntime(sp, { context, listener, proxyPort: port }, local, endpoints, deps);
+    const rt = new ServicePortRuntime(sp, { context, listener, proxyPort: port }, local, endpoints, deps);
+    // The same lists again (no change): what was left out is recorded.
+    rt.setEndpoints(endpoints);
+    return rt;
   }
 
   /** The local list's proxy port; 0 without a second listener. */
@@ -139,15 +157,44 @@ export class ServicePortRuntime {
    * the rules know flipped (a list became empty or stopped being empty).
    */
   setEndpoints(eps: ServicePortEndpoints | undefined): boolean {
-    if (setFamilyEndpoints(this.context.balancers, primaryList(this.servicePort, eps)))
+    this.#eps = eps;
+    const sp = this.servicePort;
+    const guard = this.#deps.loopGuard;
+    const refused = refusedScratch;
+    refused.clear();
+    let changed = false;
+    if (setFamilyEndpoints(this.context.balancers, guard.filter(sp, primaryList(sp, eps), refused))) {
       this.listener.endpointsChanged();
+      changed = true;
+    }
     const local = this.#local;
-    if (local !== undefined && setFamilyEndpoints(local.context.balancers, eps?.local ?? []))
+    if (
+      local !== undefined &&
+      setFamilyEndpoints(local.context.balancers, guard.filter(sp, eps?.local ?? [], refused))
+    ) {
       local.listener.endpointsChanged();
+      changed = true;
+    }
+    this.loopEndpoints = refused.size === 0 ? NO_KEYS : [...refused];
+    if (changed) this.#retainPicks();
     const flags = portalEndpoints(eps, this.endpoints);
     if (flags === this.endpoints) return false;
     this.endpoints = flags;
     return true;
+  }
+
+  /** Our listeners changed: the last endpoints are filtered again (see LoopGuard). */
+  refilter(): void {
+    this.setEndpoints(this.#eps);
+  }
+
+  /** The pick counts of endpoints no balancer of this service port holds any more are dropped. */
+  #retainPicks(): void {
+    const keys = new Set<string>();
+    for (const e of familyEndpoints(this.context.balancers)) keys.add(e.key);
+    if (this.#local !== undefined)
+      for (const e of familyEndpoints(this.#local.context.balancers)) keys.add(e.key);
+    retainPicks(this.context.stats, keys);
   }
 
   /**
@@ -234,6 +281,7 @@ export class ServicePortRuntime {
       localProxyPort: local?.proxyPort ?? 0,
       localEndpoints: local === undefined ? [] : familyEndpoints(local.context.balancers),
       portalEndpoints: this.endpoints,
+      loopEndpoints: this.loopEndpoints,
     };
   }
 
@@ -280,7 +328,7 @@ async function openLocal(
   deps: RuntimeDeps,
 ): Promise<PolicyListener> {
   const context = newContext(sp, stats, observer, deps.outlier);
-  setFamilyEndpoints(context.balancers, endpoints?.local ?? []);
+  setFamilyEndpoints(context.balancers, deps.loopGuard.filter(sp, endpoints?.local ?? [], new Set()));
   const { listener, port } = await deps.binder.listen(context, localProxyPortKey(sp.key));
   return { context, listener, proxyPort: port };
 }

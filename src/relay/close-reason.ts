@@ -10,6 +10,8 @@ export type CloseReason =
   | 'error'
   | 'idle-timeout'
   | 'half-close-timeout'
+  /** The client waited for an endpoint that took none of its bytes, past the stall timeout. */
+  | 'stalled'
   | 'no-endpoints'
   | 'connect-failed'
   | 'service-removed'

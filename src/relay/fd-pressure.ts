@@ -1,8 +1,12 @@
 // Running out of file descriptors (EMFILE/ENFILE), process-wide: counts where it happened, logs at most
 // once per interval, and says when new connections should be shed for a moment. Node cannot pause
 // accept(): on EMFILE libuv itself accepts and closes what it has no descriptor for (its reserve-fd
-// trick, unseen by us), so closing what we did accept, for a back-off, is the closest thing to it.
+// trick, uv__emfile_trick in deps/uv/src/unix/stream.c), and when that drains the queue it returns
+// without calling back, so Node's server never emits 'error' and nothing of ours hears of it. So a
+// probe on the sweeper (one open and close of /dev/null a second) is what sees that accepts fail.
+import { closeSync, openSync } from 'node:fs';
 import type { Logger } from '../lib/log.ts';
+import type { Sweepable } from './sweeper.ts';
 
 /** Where a descriptor was missing. */
 export type FdOperation = 'accept' | 'connect' | 'udp-session';
@@ -26,9 +30,26 @@ export function isFdExhausted(err: NodeJS.ErrnoException | undefined): boolean {
   return err?.code === 'EMFILE' || err?.code === 'ENFILE';
 }
 
-export class FdPressure {
+/** Takes one descriptor and gives it back; returns the error when none could be had, else undefined. */
+export type FdProbe = () => NodeJS.ErrnoException | undefined;
+
+/** The real probe: an open and a close of /dev/null (two system calls). */
+export const openProbe: FdProbe = () => {
+  try {
+    closeSync(openSync('/dev/null', 'r'));
+    return undefined;
+  } catch (err) {
+    return isFdExhausted(err as NodeJS.ErrnoException) ? (err as NodeJS.ErrnoException) : undefined;
+  }
+};
+
+/** How often the probe runs on the sweeper. */
+export const FD_PROBE_MS = 1000;
+
+export class FdPressure implements Sweepable {
   readonly options: FdPressureOptions;
   readonly #log: Logger | undefined;
+  readonly #probe: FdProbe;
   /** Exhaustion events by operation (metrics read these). */
   readonly counts: Record<FdOperation, number> = { accept: 0, connect: 0, 'udp-session': 0 };
   /** Connections or sessions turned away while shedding. */
@@ -38,10 +59,25 @@ export class FdPressure {
   #loggedMs = Number.NEGATIVE_INFINITY;
   #unlogged = 0;
 
-  constructor(log?: Logger, options: FdPressureOptions = DEFAULT_FD_PRESSURE_OPTIONS) {
+  constructor(
+    log?: Logger,
+    options: FdPressureOptions = DEFAULT_FD_PRESSURE_OPTIONS,
+    probe: FdProbe = openProbe,
+  ) {
     this.#log = log;
     this.options = options;
     this.#backoffMs = options.baseBackoffMs;
+    this.#probe = probe;
+  }
+
+  /**
+   * The probe, every FD_PROBE_MS on the sweeper it is added to: no descriptor to be had means accepts
+   * are failing (and libuv closes those connections itself), counted under `accept`. Always true.
+   */
+  sweep(nowMs: number): boolean {
+    const err = this.#probe();
+    if (err !== undefined) this.exhausted('accept', nowMs, err);
+    return true;
   }
 
   /** A descriptor was missing for `op`: count it, start (or lengthen) the shed period, log if due. */

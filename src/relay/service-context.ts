@@ -26,7 +26,8 @@ export type ServicePortStats = {
   ejections: number;
   /**
    * Connections closed at accept, and UDP sessions not opened, by reason: `limit`
-   * (--max-connections-per-service) or `fd-exhausted` (shed while file descriptors ran out).
+   * (--max-connections-per-service), `fd-exhausted` (shed while file descriptors ran out) or `loop`
+   * (it came back from this proxy's own sockets too many times: own-traffic.ts).
    */
   rejected: Record<string, number>;
 };
@@ -73,4 +74,13 @@ export function countRejected(stats: ServicePortStats, reason: string): void {
 
 export function countPick(stats: ServicePortStats, key: string): void {
   stats.picks.set(key, (stats.picks.get(key) ?? 0) + 1);
+}
+
+/**
+ * Forgets the picks of endpoints that are gone, so their series leave the metrics: called when the
+ * endpoint set changed, with what every balancer of the service port (both lists) now holds.
+ * O(picks); a gone endpoint that comes back counts from 0 again (a counter reset, as a restart is).
+ */
+export function retainPicks(stats: ServicePortStats, current: ReadonlySet<string>): void {
+  for (const key of stats.picks.keys()) if (!current.has(key)) stats.picks.delete(key);
 }

@@ -19,8 +19,10 @@ import {
 import type { ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { noopObserver } from './observer.ts';
 import { observerFailed } from './observer-failure.ts';
+import { MAX_PASSES, OwnTraffic, type PassOwner } from './own-traffic.ts';
 import type { ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
+import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
 
 /** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
 export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
@@ -42,6 +44,13 @@ export type TcpRelayOptions = {
   /** Concurrent connections per service port; past it new ones are closed at once. 0 = no cap. */
   maxConnections: number;
   /**
+   * Closes (with RST on both sides) a connection whose client is paused because the endpoint takes none
+   * of its bytes, when nothing has moved either way for this long: a paused socket is not read, so a
+   * client that left with FIN is never seen (nginx's proxy_send_timeout, HAProxy's `timeout server`).
+   * A client that left with RST is seen within a sweep (a quarter of this, at most 5 s). 0 = never.
+   */
+  stallTimeoutMs: number;
+  /**
    * Listen with SO_REUSEPORT, so that other processes may listen on the same port and the kernel
    * spreads new connections over them (docs/multi-worker.md; bench/workers.bench.ts). Off by default.
    */
@@ -55,6 +64,7 @@ export const DEFAULT_TCP_OPTIONS: TcpRelayOptions = {
   backlog: 4096,
   keepAliveDelayMs: 60_000,
   maxConnections: 0,
+  stallTimeoutMs: 60_000,
 };
 
 export type TcpRelayDeps = {
@@ -65,10 +75,22 @@ export type TcpRelayDeps = {
   fdPressure?: FdPressure;
   /** Turns keep-alive on for connections that live (default: the process's sweeper). */
   keepAlive?: KeepAliveSweeper;
+  /** Checks for stalled connections (default: the process's sweeper). */
+  sweeper?: Sweeper;
+  /** Shared by every listener of the process: connections that come back from our own sockets. */
+  ownTraffic?: OwnTraffic;
 };
 
-/** How often a listener may log that its connection cap turned connections away. */
+/** How often a listener may log that its connection cap (or a loop) turned connections away. */
 const LIMIT_LOG_INTERVAL_MS = 10_000;
+
+/** Written to a paused socket to learn whether its peer reset: a paused socket is not polled. */
+const EMPTY = Buffer.alloc(0);
+
+/** The stall sweep's period: a quarter of the timeout, between 25 ms and 5 s. */
+function stallSweepMs(timeoutMs: number): number {
+  return Math.min(5000, Math.max(25, Math.floor(timeoutMs / 4)));
+}
 
 const kConn = Symbol('kup.connection');
 type ConnSocket = net.Socket & { [kConn]?: TcpConnection };
@@ -78,7 +100,7 @@ const OPEN = 1;
 const CLOSED = 2;
 
 /** One proxied TCP connection: a client socket and, once connected, an upstream socket. */
-class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
+class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   readonly id = nextConnectionId();
   readonly listener: TcpListener;
   readonly context: ServicePortContext;
@@ -108,6 +130,16 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
   sniffing = false;
   keepAliveOn = false;
   observerData: unknown = undefined;
+  /** Times this connection already passed through us (own-traffic.ts); counted for local clients only. */
+  passes = 0;
+  /** The client is on this host: its upstream sockets are registered, to see it come back. */
+  tracked = false;
+  /** The registered local port of the upstream socket; 0 when none is. */
+  ownPort = 0;
+  /** When the stall sweep first saw the client paused with no byte moving; 0 = not stalled. */
+  stallSinceMs = 0;
+  /** Bytes read from both sides at that sweep. */
+  stallMark = 0;
 
   constructor(listener: TcpListener, client: net.Socket, now: number) {
     this.listener = listener;
@@ -189,6 +221,16 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
     upstream.on('timeout', onUpstreamTimeout);
     upstream.on('error', onUpstreamError);
     upstream.on('close', onUpstreamClose);
+    // After net.connect's own tick, which issues connect(2): the local port is bound by then, before the
+    // loop polls again and could accept this socket back.
+    if (this.tracked) process.nextTick(registerUpstream, this, upstream);
+  }
+
+  /** Drops the upstream socket's registration, if any. */
+  forgetUpstream(): void {
+    if (this.ownPort === 0) return;
+    this.listener.ownTraffic.tcpClosed(this, this.ownPort);
+    this.ownPort = 0;
   }
 
   hasFailedOn(endpoint: Endpoint): boolean {
@@ -201,6 +243,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
     const upstream = this.upstream!;
     const endpoint = this.endpoint!;
     const reason = endpointFailed(this, endpoint, err, this.listener, 'connect', this.listener.now());
+    this.forgetUpstream();
     upstream[kConn] = undefined;
     upstream.destroy();
     this.upstream = undefined;
@@ -282,8 +325,40 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
   /** Tears both sockets down now (an error, a reset or a timeout on either side). */
   abort(reason: CloseReason): void {
     this.closeReason ??= reason;
+    if (reason === 'stalled') {
+      // With RST: what the kernel still holds for the endpoint that does not read is dropped at once.
+      this.client.resetAndDestroy();
+      this.upstream?.resetAndDestroy();
+      return;
+    }
     this.client.destroy();
     this.upstream?.destroy();
+  }
+
+  /**
+   * The stall sweep (every open connection, every stallSweepMs). A client paused because the endpoint
+   * does not read is probed with an empty write (a reset surfaces as an error) and closed after
+   * `timeoutMs` with no byte moving either way. A paused upstream (the client does not read) is probed
+   * only: a client that leaves is seen on our pending writes to it, one that stays holds its own socket.
+   */
+  checkStall(nowMs: number, timeoutMs: number): void {
+    const upstream = this.upstream;
+    if (this.state !== OPEN || upstream === undefined || this.clientEnded || this.upstreamEnded) return;
+    const client = this.client;
+    if (upstream.isPaused() && !upstream.writableEnded) upstream.write(EMPTY);
+    if (!client.isPaused()) {
+      this.stallSinceMs = 0;
+      return;
+    }
+    const moved = client.bytesRead + upstream.bytesRead;
+    if (this.stallSinceMs === 0 || moved !== this.stallMark) {
+      this.stallSinceMs = nowMs;
+      this.stallMark = moved;
+    } else if (nowMs - this.stallSinceMs >= timeoutMs) {
+      this.abort('stalled');
+      return;
+    }
+    if (!client.writableEnded) client.write(EMPTY);
   }
 
   /** Both sockets are gone: account once. */
@@ -299,6 +374,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
     this.endMs = this.listener.now();
     const stats = this.context.stats;
     stats.active--;
+    this.forgetUpstream();
     this.listener.connections.delete(this);
     if (this.listener.connections.size === 0) this.listener.lastConnectionEnded();
     if (wasOpen) {
@@ -331,6 +407,11 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate {
       return false;
     }
   }
+}
+
+function registerUpstream(conn: TcpConnection, upstream: net.Socket): void {
+  if (conn.upstream !== upstream || upstream.destroyed || conn.state === CLOSED) return;
+  conn.ownPort = conn.listener.ownTraffic.tcpOpened(conn, upstream);
 }
 
 function connOf(socket: net.Socket): TcpConnection | undefined {
@@ -468,13 +549,14 @@ function onClientDrain(this: net.Socket): void {
 }
 
 /** A listening TCP socket for one service port. */
-export class TcpListener implements KeepAliveSource {
+export class TcpListener implements KeepAliveSource, Sweepable {
   readonly server: net.Server;
   readonly options: TcpRelayOptions;
   readonly log: Logger;
   readonly connect: Connector;
   readonly now: () => number;
   readonly fdPressure: FdPressure;
+  readonly ownTraffic: OwnTraffic;
   readonly connections = new Set<TcpConnection>();
   /** Waiters for the last connection to end (drained()); undefined while nobody waits. */
   #drained: PromiseWithResolvers<void> | undefined;
@@ -483,6 +565,8 @@ export class TcpListener implements KeepAliveSource {
   #port = 0;
   #closed = false;
   #limitLoggedMs = Number.NEGATIVE_INFINITY;
+  #loopLoggedMs = Number.NEGATIVE_INFINITY;
+  readonly #sweeper: Sweeper;
 
   constructor(context: ServicePortContext, options: TcpRelayOptions, deps: TcpRelayDeps) {
     this.context = context;
@@ -491,6 +575,8 @@ export class TcpListener implements KeepAliveSource {
     this.connect = deps.connect ?? (net.connect as Connector);
     this.now = deps.now ?? Date.now;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
+    this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
+    this.#sweeper = deps.sweeper ?? processSweeper;
     (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);
     this.server = net.createServer(
       {
@@ -566,12 +652,23 @@ export class TcpListener implements KeepAliveSource {
       return;
     }
     const conn = new TcpConnection(this, socket, now);
+    // Only a client on this host can be one of our own upstream sockets come back (a forwarding loop).
+    if (this.ownTraffic.isLocal(conn.clientAddress)) {
+      conn.tracked = true;
+      conn.passes = this.ownTraffic.tcpPasses(conn.clientAddress, conn.clientPort);
+      if (conn.passes >= MAX_PASSES) {
+        this.#refuseLoop(socket, conn, now);
+        return;
+      }
+    }
     (socket as ConnSocket)[kConn] = conn;
     socket.on('error', onClientError);
     socket.on('close', onClientClose);
     this.connections.add(conn);
     conn.context.stats.accepted++;
     conn.context.stats.active++;
+    if (this.connections.size === 1 && this.options.stallTimeoutMs > 0)
+      this.#sweeper.add(this, stallSweepMs(this.options.stallTimeoutMs));
     conn.dial();
   }
 
@@ -587,6 +684,34 @@ export class TcpListener implements KeepAliveSource {
         'Connection limit reached, closing new connections',
       );
     }
+  }
+
+  /**
+   * A connection that passed through us MAX_PASSES times already: reset (the RST runs back along the
+   * loop and tears down every pass), counted as `loop`, logged at most once per interval.
+   */
+  #refuseLoop(socket: net.Socket, conn: TcpConnection, now: number): void {
+    socket.on('error', () => {});
+    socket.resetAndDestroy();
+    countRejected(this.context.stats, 'loop');
+    if (now - this.#loopLoggedMs >= LIMIT_LOG_INTERVAL_MS) {
+      this.#loopLoggedMs = now;
+      this.log.warn(
+        {
+          service: this.context.name,
+          client: `${conn.clientAddress}:${conn.clientPort}`,
+          passes: conn.passes,
+        },
+        'Forwarding loop: a connection came back from this proxy, refused',
+      );
+    }
+  }
+
+  /** The stall sweep of every connection; false (leaves the sweeper) once none is left. */
+  sweep(nowMs: number): boolean {
+    const timeout = this.options.stallTimeoutMs;
+    for (const conn of this.connections) conn.checkStall(nowMs, timeout);
+    return this.connections.size > 0;
   }
 
   /**

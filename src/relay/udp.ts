@@ -16,6 +16,7 @@ import { FdPressure } from './fd-pressure.ts';
 import type { ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { noopObserver } from './observer.ts';
 import { observerFailed } from './observer-failure.ts';
+import { MAX_PASSES, OwnTraffic, type PassOwner } from './own-traffic.ts';
 import type { ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
 import type { Sweepable, Sweeper } from './sweeper.ts';
@@ -48,7 +49,12 @@ export type UdpRelayDeps = {
   budget?: UdpSessionBudget;
   /** Shared by every listener of the process: descriptors run out for all of them at once. */
   fdPressure?: FdPressure;
+  /** Shared by every listener of the process: datagrams that come back from our own sockets. */
+  ownTraffic?: OwnTraffic;
 };
+
+/** How often a listener may log that it dropped a looping datagram. */
+const LOOP_LOG_INTERVAL_MS = 10_000;
 
 /** How many of the oldest sessions an eviction compares. */
 const EVICTION_LOOK = 64;
@@ -57,7 +63,7 @@ const kSession = Symbol('kup.session');
 type SessionSocket = dgram.Socket & { [kSession]?: UdpSession };
 
 /** One client ip:port and its connected upstream socket. */
-class UdpSession implements ConnectionInfo {
+class UdpSession implements ConnectionInfo, PassOwner {
   readonly id = nextConnectionId();
   readonly key: string;
   readonly listener: UdpListener;
@@ -87,6 +93,12 @@ class UdpSession implements ConnectionInfo {
   queue: Buffer[] | null = [];
   closed = false;
   observerData: unknown = undefined;
+  /** Times this session's datagrams already passed through us (own-traffic.ts); local clients only. */
+  passes = 0;
+  /** The client is on this host: the upstream socket is registered once connected. */
+  tracked = false;
+  /** The registered local port of the upstream socket; 0 when none is. */
+  ownPort = 0;
 
   constructor(
     listener: UdpListener,
@@ -147,6 +159,7 @@ class UdpSession implements ConnectionInfo {
     this.endMs = this.listener.now();
     this.queue = null;
     this.upstream.close();
+    if (this.ownPort !== 0) this.listener.ownTraffic.udpClosed(this, this.ownPort);
     this.listener.sessions.delete(this.key);
     this.listener.budget?.delete(this);
     const stats = this.context.stats;
@@ -181,9 +194,21 @@ class UdpSession implements ConnectionInfo {
 function onUpstreamConnect(this: SessionSocket): void {
   const session = this[kSession];
   if (session === undefined || session.closed) return;
+  // Before the first datagram leaves: if it comes back to us, its source port is known.
+  if (session.tracked) registerUpstream(session, this);
   const queued = session.queue!;
   session.queue = null;
   for (const msg of queued) this.send(msg);
+}
+
+function registerUpstream(session: UdpSession, socket: dgram.Socket): void {
+  try {
+    const { address, port } = socket.address();
+    session.listener.ownTraffic.udpOpened(session, address, port);
+    session.ownPort = port;
+  } catch {
+    // Not bound after all: nothing to register.
+  }
 }
 
 function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
@@ -269,7 +294,9 @@ export class UdpListener implements Sweepable {
   readonly sessions = new Map<string, UdpSession>();
   readonly budget: UdpSessionBudget | undefined;
   readonly fdPressure: FdPressure;
+  readonly ownTraffic: OwnTraffic;
   readonly #sweeper: Sweeper;
+  #loopLoggedMs = Number.NEGATIVE_INFINITY;
   /** Swapped by the proxier when the service port changes. */
   context: ServicePortContext;
   #port = 0;
@@ -290,6 +317,7 @@ export class UdpListener implements Sweepable {
     this.#sweeper = deps.sweeper ?? processSweeper;
     this.budget = deps.budget;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
+    this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
     this.socket = dgram.createSocket({ type, reuseAddr: false, ipv6Only });
     this.socket.on('message', (msg, rinfo) => this.#onMessage(msg, rinfo));
   }
@@ -336,6 +364,13 @@ export class UdpListener implements Sweepable {
   #open(key: string, rinfo: dgram.RemoteInfo, now: number): UdpSession | undefined {
     const context = this.context;
     const clientAddress = normalizeAddress(rinfo.address);
+    // Only a client on this host can be one of our own session sockets come back (a forwarding loop).
+    const tracked = this.ownTraffic.isLocal(clientAddress);
+    const passes = tracked ? this.ownTraffic.udpPasses(clientAddress, rinfo.port) : 0;
+    if (passes >= MAX_PASSES) {
+      this.#refuseLoop(clientAddress, rinfo.port, passes, now);
+      return undefined;
+    }
     const family = clientFamily(clientAddress);
     const balancer = context.balancers[family];
     const endpoint = balancer.pick(clientAddress, now);
@@ -363,6 +398,8 @@ export class UdpListener implements Sweepable {
       endpoint,
       now,
     );
+    session.tracked = tracked;
+    session.passes = passes;
     this.sessions.set(key, session);
     this.budget?.add(session);
     context.stats.accepted++;
@@ -378,6 +415,17 @@ export class UdpListener implements Sweepable {
       observerFailed(context, observer, this.log, err, 'opened');
     }
     return session;
+  }
+
+  /** A datagram that passed through us MAX_PASSES times: dropped, counted as `loop`, logged per interval. */
+  #refuseLoop(address: string, port: number, passes: number, now: number): void {
+    countRejected(this.context.stats, 'loop');
+    if (now - this.#loopLoggedMs < LOOP_LOG_INTERVAL_MS) return;
+    this.#loopLoggedMs = now;
+    this.log.warn(
+      { service: this.context.name, client: `${address}:${port}`, passes },
+      'Forwarding loop: a datagram came back from this proxy, dropped',
+    );
   }
 
   /** Evicts the idlest of the oldest sessions (a bounded look, so a flood stays O(1) per datagram). */

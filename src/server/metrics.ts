@@ -3,6 +3,7 @@
 import client from 'prom-client';
 import type { Config } from '../config/config.ts';
 import type { Proxier } from '../proxier/proxier.ts';
+import { configz } from './configz.ts';
 import type { Route } from './http.ts';
 import { sendJSON, sendText } from './http.ts';
 
@@ -221,14 +222,14 @@ function range(from: number, to: number, step: number): number[] {
 
 /**
  * The metrics server's own routes, as kube-proxy's: /metrics, /proxyMode, /configz (the effective
- * configuration, keyed by its API group) and a plain /healthz.
+ * KubeProxyConfiguration keyed by its API group, see configz.ts) and a plain /healthz.
  */
 export function metricsRoutes(metrics: ProxyMetrics, config: Config): Record<string, Route> {
   return {
     '/metrics': async (_req, res) =>
       sendText(res, 200, await metrics.registry.metrics(), metrics.registry.contentType),
     '/proxyMode': (_req, res) => sendText(res, 200, 'userspace'),
-    '/configz': (_req, res) => sendJSON(res, 200, { 'kubeproxy.config.k8s.io': config }),
+    '/configz': (_req, res) => sendJSON(res, 200, configz(config)),
     '/healthz': (_req, res) => sendText(res, 200, 'ok'),
   };
 }

@@ -1,9 +1,20 @@
 // Per-service health check node ports (kube-proxy's pkg/proxy/healthcheck/service_health.go): one HTTP
 // server per healthCheckNodePort and bind address, answering for its Service on any path. Owns those
-// sockets only; what to serve comes from the proxier through syncServices/syncEndpoints.
-import http from 'node:http';
+// sockets only; what to serve comes from the proxier through syncServices/syncEndpoints. Every pod can
+// reach these ports: the servers share one connection budget, with a per-client cap (http-guard.ts).
+import type http from 'node:http';
 import type { Logger } from '../lib/log.ts';
+import { readFdLimits } from '../proxier/process-limits.ts';
 import type { Snapshot } from '../state/snapshot.ts';
+import { ConnectionBudget } from './connection-budget.ts';
+import {
+  createLimitedServer,
+  guardServer,
+  type HttpLimits,
+  httpLimits,
+  PROBE_CLIENT_LIMIT,
+  totalHandler,
+} from './http-guard.ts';
 
 export type ServiceName = { readonly namespace: string; readonly name: string };
 
@@ -21,6 +32,13 @@ export type ServiceHealthServerOptions = {
   log: Logger;
   /** How to listen (tests, network namespaces); default: a node:http server. */
   listen?: Listen;
+  /**
+   * The default listen's limits, over httpLimits()'s defaults and a per-client cap of
+   * PROBE_CLIENT_LIMIT; maxConnections counts every health check node port together.
+   */
+  limits?: Partial<HttpLimits>;
+  /** The default listen: an accept failed for lack of descriptors. */
+  onFdExhausted?: (err: NodeJS.ErrnoException) => void;
   /** Addresses to listen on (kube-proxy: the node IPs matching --nodeport-addresses); default all. */
   bindAddresses?: readonly string[];
   /**
@@ -56,7 +74,13 @@ export class ServiceHealthServer {
 
   constructor(options: ServiceHealthServerOptions) {
     this.#log = options.log;
-    this.#listen = options.listen ?? listenHttp;
+    this.#listen =
+      options.listen ??
+      limitedListen(
+        httpLimits(readFdLimits(), { maxConnectionsPerClient: PROBE_CLIENT_LIMIT, ...options.limits }),
+        options.log,
+        options.onFdExhausted,
+      );
     this.#proxyHealthy = options.proxyHealthy ?? (() => true);
     const addresses = options.bindAddresses ?? [];
     this.#hosts = addresses.length > 0 ? [...addresses] : [undefined];
@@ -140,8 +164,10 @@ export class ServiceHealthServer {
     const address = host ?? '';
     const fields = { service: nameOf(instance.service), port: instance.port, address: host ?? '*' };
     try {
-      const listener = await this.#listen(instance.port, host, (req, res) =>
-        this.#respond(instance, req, res),
+      const listener = await this.#listen(
+        instance.port,
+        host,
+        totalHandler((req, res) => this.#respond(instance, req, res), this.#log),
       );
       if (this.#closed || this.#instances.get(instance.port) !== instance) {
         await listener.close();
@@ -195,20 +221,27 @@ function nameOf(service: ServiceName): string {
   return `${service.namespace}/${service.name}`;
 }
 
-/** The default Listen: a node:http server on host:port. */
-const listenHttp: Listen = (port, host, handler) =>
-  new Promise((resolve, reject) => {
-    const server = http.createServer(handler);
-    server.keepAliveTimeout = 5000;
-    server.once('error', reject);
-    server.listen({ port, host }, () => {
-      server.off('error', reject);
-      resolve({
-        close: () =>
-          new Promise<void>((done) => {
-            server.close(() => done());
-            server.closeAllConnections();
-          }),
+/** The default Listen: node:http servers on host:port, with `limits` (one budget for all of them). */
+function limitedListen(
+  limits: HttpLimits,
+  log: Logger,
+  onFdExhausted: ((err: NodeJS.ErrnoException) => void) | undefined,
+): Listen {
+  const budget = new ConnectionBudget(limits);
+  return (port, host, handler) =>
+    new Promise((resolve, reject) => {
+      const server = createLimitedServer(limits, handler);
+      server.once('error', reject);
+      server.listen({ port, host }, () => {
+        server.off('error', reject);
+        guardServer(server, { log: log.child({ port }), budget, onFdExhausted });
+        resolve({
+          close: () =>
+            new Promise<void>((done) => {
+              server.close(() => done());
+              server.closeAllConnections();
+            }),
+        });
       });
     });
-  });
+}

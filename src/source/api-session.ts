@@ -1,8 +1,15 @@
 // A session with the API server: the kubeconfig (loaded as kube-proxy does), and for each request fresh
 // auth headers and a dispatcher computed by client-node, so rotated tokens and certificates are picked up;
-// the API server's errors and JSON bodies. Holds no state between requests.
+// requests whose failures name their URL, the API server's errors, and JSON bodies read within a bound.
+// Holds no state between requests.
+import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { delimiter, join } from 'node:path';
 import { HttpMethod, KubeConfig, RequestContext } from '@kubernetes/client-node';
-import { Agent, type Dispatcher, type Response } from 'undici';
+import { Agent, type Dispatcher, fetch, type Response } from 'undici';
+import { ProxyError } from '../lib/errors.ts';
+import { readYaml } from '../lib/safe-yaml.ts';
+import { linePosition } from '../lib/text-position.ts';
 import { VERSION } from '../lib/version.ts';
 
 /**
@@ -12,8 +19,15 @@ import { VERSION } from '../lib/version.ts';
  */
 export function loadKubeConfig(options: { kubeconfig?: string; master?: string }): KubeConfig {
   const kc = new KubeConfig();
-  if (options.kubeconfig) kc.loadFromFile(options.kubeconfig);
-  else kc.loadFromDefault();
+  if (options.kubeconfig) {
+    checkKubeconfigFile(options.kubeconfig);
+    kc.loadFromFile(options.kubeconfig);
+  } else {
+    const fromEnv = process.env.KUBECONFIG;
+    const files = fromEnv ? fromEnv.split(delimiter).filter(Boolean) : [join(homedir(), '.kube', 'config')];
+    for (const file of files) checkKubeconfigFile(file, { optional: true });
+    kc.loadFromDefault();
+  }
   const master = options.master;
   if (master) {
     const current = kc.getCurrentCluster();
@@ -30,6 +44,34 @@ export function loadKubeConfig(options: { kubeconfig?: string; master?: string }
     kc.clusters = kc.clusters.map((c) => (c === current ? { ...c, skipTLSVerify: true } : c));
   }
   return kc;
+}
+
+/**
+ * Reads a kubeconfig file as the manifest is read before client-node does (whose js-yaml load has no
+ * limits): only a regular file (a FIFO would block the start for good), opened non-blocking, and YAML
+ * within the alias and nesting limits (a 700-byte alias bomb would freeze it). Throws naming file:line:col.
+ * `optional`: a file that does not exist is client-node's to skip.
+ */
+function checkKubeconfigFile(file: string, options: { optional?: boolean } = {}): void {
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch (err) {
+    if (options.optional && (err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  let text: string;
+  try {
+    if (!fstatSync(fd).isFile())
+      throw new Error(`kubeconfig ${file}: not a regular file; refusing to read it`);
+    text = readFileSync(fd, 'utf8');
+  } finally {
+    closeSync(fd);
+  }
+  const read = readYaml(text);
+  if (read.error === undefined) return;
+  const { line, col } = linePosition(text, read.error.offset);
+  throw new Error(`kubeconfig ${file}:${line}:${col}: ${read.error.message}`);
 }
 
 /** An HTTP status from the API server, or the `code` of a watch ERROR event. */
@@ -78,28 +120,149 @@ export async function openSession(kc: KubeConfig): Promise<Session> {
   };
 }
 
-/** The API server's Status message for a failed response, as an ApiError with the HTTP status. */
-export async function apiError(res: Response): Promise<ApiError> {
-  let message = res.statusText || `HTTP ${res.status}`;
-  try {
-    const text = await res.text();
-    const status: unknown = JSON.parse(text);
-    if (isRecord(status) && typeof status.message === 'string') message = status.message;
-  } catch {
-    // Not a Status body: the status line says enough.
-  }
-  return new ApiError(res.status, `${res.status}: ${truncate(message)}`);
+/** What an error body is read for (a Status, a proxy's page): the rest is left unread. */
+const MAX_ERROR_BODY_BYTES = 64 * 1024;
+
+/** The URL as errors name it: scheme, host, port and path (the query can hold a long continue token). */
+export function describeUrl(url: URL): string {
+  return `${url.origin}${url.pathname}`;
 }
 
-/** The body as JSON, touching the watchdog for every chunk (a large list takes a while). */
-export async function readJson(res: Response, touch: () => void): Promise<unknown> {
-  if (res.body === null) return undefined;
+/**
+ * GET `url` with the session's credentials. A request that gets no HTTP answer (refused, reset, a TLS
+ * mismatch) fails with KUP_ERR_API_REQUEST naming the URL; our own aborts pass through as they are.
+ */
+export async function get(session: Session, url: URL, signal: AbortSignal): Promise<Response> {
+  try {
+    return await fetch(url, session.init(signal));
+  } catch (err) {
+    if (signal.aborted) throw err;
+    // undici's TypeError('fetch failed') says nothing; its cause says what happened.
+    const cause = err instanceof Error && err.cause instanceof Error ? err.cause : err;
+    const message = cause instanceof Error ? cause.message : String(cause);
+    throw new ProxyError(
+      'KUP_ERR_API_REQUEST',
+      `GET ${describeUrl(url)}: ${truncate(message)}${schemeHint(url, cause)}`,
+      { cause },
+    );
+  }
+}
+
+/** A hint when the failure looks like a scheme that does not match the server (TLS vs plain HTTP). */
+function schemeHint(url: URL, cause: unknown): string {
+  const code = String((cause as { code?: unknown } | null)?.code ?? '');
+  if (url.protocol === 'https:' && code.startsWith('ERR_SSL_')) {
+    return ' (the answer is not TLS: a plain HTTP server? check the scheme of the server URL)';
+  }
+  if (url.protocol === 'http:' && (code === 'UND_ERR_SOCKET' || code.startsWith('HPE_'))) {
+    return ' (no HTTP answer: a TLS server? check the scheme of the server URL)';
+  }
+  return '';
+}
+
+/** True when the answer is JSON, or says nothing of its type (then we take what we asked for). */
+export function isJsonAnswer(res: Response): boolean {
+  const type = res.headers.get('content-type');
+  if (type === null || type.trim() === '') return true;
+  const media = (type.split(';')[0] ?? '').trim().toLowerCase();
+  return media === 'application/json' || media.endsWith('+json');
+}
+
+/**
+ * The API server's Status message for a failed response, as an ApiError with the HTTP status and the URL;
+ * for an answer that is not JSON (a proxy's HTML page), its type and the start of its text.
+ */
+export async function apiError(res: Response, url: URL): Promise<ApiError> {
+  const text = await readText(res, MAX_ERROR_BODY_BYTES).catch(() => '');
+  let message = res.statusText || `HTTP ${res.status}`;
+  if (isJsonAnswer(res)) {
+    try {
+      const status: unknown = JSON.parse(text);
+      if (isRecord(status) && typeof status.message === 'string') message = status.message;
+    } catch {
+      // Not a Status body: the status line says enough.
+    }
+  } else {
+    message = `${message} (${contentType(res)}: ${snippet(text)})`;
+  }
+  return new ApiError(res.status, `GET ${describeUrl(url)}: ${res.status}: ${truncate(message, 400)}`);
+}
+
+/** A 200 answer that is not JSON (a proxy's or a web server's page): KUP_ERR_API_RESPONSE naming the URL. */
+export async function notJsonError(res: Response, url: URL): Promise<ProxyError> {
+  const text = await readText(res, MAX_ERROR_BODY_BYTES).catch(() => '');
+  return new ProxyError(
+    'KUP_ERR_API_RESPONSE',
+    `GET ${describeUrl(url)}: answered ${contentType(res)}, not JSON (not the API server? a proxy in front of it?): ${snippet(text)}`,
+  );
+}
+
+/**
+ * The body as JSON, touching the watchdog for every chunk (a large list takes a while). A body over
+ * `maxBytes` fails with `tooLarge()` and is not read further; one that is not JSON or does not parse fails
+ * with KUP_ERR_API_RESPONSE naming the URL.
+ */
+export async function readJson(
+  res: Response,
+  url: URL,
+  maxBytes: number,
+  touch: () => void,
+  tooLarge: () => Error = () =>
+    new ProxyError(
+      'KUP_ERR_API_RESPONSE',
+      `GET ${describeUrl(url)}: a body over ${maxBytes} bytes, not read further`,
+    ),
+): Promise<{ value: unknown; bytes: number }> {
+  if (!isJsonAnswer(res)) throw await notJsonError(res, url);
+  const declared = Number(res.headers.get('content-length') ?? Number.NaN);
+  if (declared > maxBytes) {
+    await res.body?.cancel().catch(() => {});
+    throw tooLarge();
+  }
+  if (res.body === null) return { value: undefined, bytes: 0 };
   const chunks: Uint8Array[] = [];
+  let bytes = 0;
   for await (const chunk of res.body) {
     touch();
+    bytes += chunk.byteLength;
+    // Leaving the loop cancels the body: the connection is dropped, nothing more is read.
+    if (bytes > maxBytes) throw tooLarge();
     chunks.push(chunk);
   }
-  return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  try {
+    return { value: JSON.parse(Buffer.concat(chunks, bytes).toString('utf8')), bytes };
+  } catch (err) {
+    throw new ProxyError(
+      'KUP_ERR_API_RESPONSE',
+      `GET ${describeUrl(url)}: the body is not valid JSON (${truncate((err as Error).message)})`,
+    );
+  }
+}
+
+/** Up to `maxBytes` of the body as text; the rest is cancelled, not read. */
+async function readText(res: Response, maxBytes: number): Promise<string> {
+  if (res.body === null) return '';
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  for await (const chunk of res.body) {
+    chunks.push(chunk);
+    bytes += chunk.byteLength;
+    if (bytes >= maxBytes) break;
+  }
+  return Buffer.concat(chunks, bytes).subarray(0, maxBytes).toString('utf8');
+}
+
+function contentType(res: Response): string {
+  return truncate(res.headers.get('content-type') ?? 'no content type', 100);
+}
+
+/** The start of a text for a log line: whitespace runs as one space, quoted (control characters escaped). */
+function snippet(text: string): string {
+  // JSON.stringify escapes C0 controls; DEL and C1 controls are escaped too, for terminals.
+  return JSON.stringify(truncate(text.replace(/\s+/g, ' ').trim())).replace(
+    /[\u007f-\u009f]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
 }
 
 /** A JSON object (not null, not an array). */

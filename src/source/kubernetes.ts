@@ -4,6 +4,8 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import { PROXY_LABEL_SELECTOR } from '../lib/kubernetes-labels.ts';
 import type { Logger } from '../lib/log.ts';
+import { DEFAULT_LIMITS, type Limits } from './api-limits.ts';
+import type { BackoffPolicy } from './backoff.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import { check, Intake, type Kind, type KubeObject } from './intake.ts';
 import type { Node } from './objects.ts';
@@ -21,8 +23,13 @@ export type KubernetesSourceOptions = {
   configSyncPeriodMs: number;
   /** Restart a list or watch that received no bytes for this long (default 5 min). */
   watchdogMs?: number;
-  /** Delay before retrying a failed list or watch: doubles per attempt, capped, with jitter. */
-  backoff?: { initialMs: number; maxMs: number };
+  /**
+   * Delay before retrying a failed list or watch: doubles per failure, capped, with jitter; the count
+   * starts over after `resetMs` (default 4 × maxMs, client-go's 2 min for 30 s) without a failure.
+   */
+  backoff?: Omit<BackoffPolicy, 'resetMs'> & { resetMs?: number };
+  /** Bounds on what one list or watch may hold or read (default DEFAULT_LIMITS). */
+  limits?: Partial<Limits>;
   /** Objects per list page (default 500, as client-go's pager); 0 lists in one response. */
   pageSize?: number;
   /** This Node changed (after the handlers were called); undefined = it was deleted. */
@@ -30,7 +37,8 @@ export type KubernetesSourceOptions = {
 };
 
 const DEFAULT_WATCHDOG_MS = 5 * 60_000;
-const DEFAULT_BACKOFF = { initialMs: 800, maxMs: 30_000 };
+/** client-go's reflector: 800 ms doubling to 30 s, reset after 2 min without failure. */
+const DEFAULT_BACKOFF: NonNullable<KubernetesSourceOptions['backoff']> = { initialMs: 800, maxMs: 30_000 };
 const DEFAULT_PAGE_SIZE = 500;
 
 const SERVICES: Resource = {
@@ -68,15 +76,17 @@ export class KubernetesSource {
   constructor(options: KubernetesSourceOptions) {
     const { log, nodeName } = options;
     const intake = new Intake(options.handlers, { warn: (msg, fields) => log.warn(fields, msg), nodeName });
+    const backoff = options.backoff ?? DEFAULT_BACKOFF;
     const timing: Timing = {
       watchdogMs: options.watchdogMs ?? DEFAULT_WATCHDOG_MS,
-      backoff: options.backoff ?? DEFAULT_BACKOFF,
+      backoff: { ...backoff, resetMs: backoff.resetMs ?? 4 * backoff.maxMs },
       relistMs: options.configSyncPeriodMs,
       pageSize: options.pageSize ?? DEFAULT_PAGE_SIZE,
     };
+    const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
     const reflect = (resource: Resource, sink: Sink) =>
       this.#reflectors.push(
-        new Reflector(resource, sink, options.kubeConfig, log.child({ kind: resource.kind }), timing),
+        new Reflector(resource, sink, options.kubeConfig, log.child({ kind: resource.kind }), timing, limits),
       );
     // Every change goes through the intake; `then` sees it afterwards (this Node, for onNode).
     const into = (kind: Kind, synced: () => void, then?: Sink['receive']): Sink => ({

@@ -1,16 +1,23 @@
 // Manifest text → the objects it holds: a YAML or JSON file of Service, EndpointSlice and Node objects
 // (several documents, a `kind: List`, or a typed list such as `ServiceList`), exactly as the API has them.
-// Every object is validated here, once; the first problem found anywhere rejects the whole text with a
-// file:line:col for each problem. Pure: no fs, no clock (big texts yield through a Yielder).
+// Every object is validated here, once; any problem rejects the whole text with a file:line:col for each
+// problem. Pure: no fs, no clock (big texts are read by a generator that its driver pauses; see
+// parseManifestAsync).
 //
-// Two YAML libraries, measured (bench/manifest-yaml.bench.ts, 10,000 Services + 10,000 slices, 5.9 MiB):
-// js-yaml reads the values in ~0.3 s, `yaml` composes the documents with positions in ~2.5 s. js-yaml
-// is the fast path; `yaml` runs only for a text with a problem, to say where (js-yaml keeps no positions).
-import { load as loadYaml } from 'js-yaml';
+// The text is a user's, so nothing here trusts its shape. YAML goes through lib/safe-yaml.ts (nesting,
+// alias count and alias expansion bounded: a 700-byte alias bomb is an error at its line, not a frozen
+// process). Big texts are cut before they are parsed, in the bytes (manifest-split.ts, lib/json-outline.ts):
+// a document, a List item or a JSON item at a time, so no single step holds the event loop for long
+// (JSON.parse of a 50 MB List took ~0.5 s in one piece; js-yaml on a 70 MB `kind: List` document ~6 s).
+import { createHash } from 'node:crypto';
 import { Composer, type Document, LineCounter, Parser } from 'yaml';
 import { ProxyError } from '../lib/errors.ts';
+import { type Member, outlineJson, type Span } from '../lib/json-outline.ts';
+import { readYaml, YAML_LIMITS, type YamlPath } from '../lib/safe-yaml.ts';
+import { BytePositions, linePosition, positionWithin } from '../lib/text-position.ts';
 import { SLICE_MS, Yielder } from '../lib/yielder.ts';
 import { type Checked, type KubeObject, validate } from './intake.ts';
+import { listItems, yamlDocuments } from './manifest-split.ts';
 
 /** One object of a manifest, validated (its problems are warnings only), and its JSON text for diffs. */
 export type Entry = Checked & { readonly key: string; readonly json: string };
@@ -21,206 +28,385 @@ export type ManifestObjects = Map<string, Entry>;
 /** How long manifest work may hold the event loop before it lets others run. */
 export const MANIFEST_SLICE_MS = SLICE_MS;
 
-/**
- * Parses and validates manifest text. Returns the objects, or throws KUP_ERR_MANIFEST_INVALID with one
- * message listing every problem with its line and column. Synchronous: see parseManifestAsync for big files.
- */
-export function parseManifest(text: string, file = 'manifest'): ManifestObjects {
-  const lineCounter = new LineCounter();
-  const collector = new Collector(file, lineCounter);
-  for (const doc of documents(text, lineCounter)) {
-    for (const item of collector.items(doc)) collector.add(item);
-  }
-  return collector.result();
-}
+/** Problems spelled out in one error; the rest are counted (a garbage file has thousands). */
+const MAX_PROBLEMS = 20;
+
+// A YAML document at least this big is cut into its List items when it has that shape.
+const LIST_SPLIT_BYTES = 64 * 1024;
+
+/** An entry with where it came from in its part of the text: a document of it, and the path there. */
+type Placed = { readonly entry: Entry; readonly document: number; readonly path: YamlPath };
 
 /**
- * parseManifest without holding the event loop for more than about `sliceMs` at a time: the work is
- * done a document (and a List item) at a time. A JSON file is read with JSON.parse (some 100 times
- * faster than the YAML parser: 20,000 objects in ~30 ms, where YAML takes seconds); only when it has a
- * problem is it parsed again as YAML, for the locations (and JSON's duplicate keys keep the last value).
- * YAML's unit of work is a document: a single huge `kind: List` document in YAML form is still parsed in
- * one go (use JSON, or one document per object, for those).
+ * The validated entries of each part (a YAML document, an item of a big YAML List or of a JSON List) read
+ * in the last good load, keyed by a digest of its text: a reload of a 20,000-object file with one change
+ * parses one part.
+ */
+export type DocumentCache = Map<string, readonly Placed[]>;
+
+/**
+ * Parses and validates manifest text without holding the event loop for more than about `sliceMs` at a
+ * time. Returns the objects, or throws KUP_ERR_MANIFEST_INVALID with one message listing the problems,
+ * each with its file:line:col. `cache` carries the parsed parts from one good load to the next; `signal`
+ * abandons the work between two slices (with its reason).
  */
 export async function parseManifestAsync(
-  text: string,
+  text: string | Buffer,
   file = 'manifest',
   sliceMs = MANIFEST_SLICE_MS,
-  cache?: DocumentCache,
+  cache: DocumentCache = new Map(),
+  signal?: AbortSignal,
 ): Promise<ManifestObjects> {
   const yielder = new Yielder(sliceMs);
-  const fast = /^\s*[[{]/.test(text) ? undefined : await fastYaml(text, cache ?? new Map(), yielder);
-  if (fast !== undefined) return fast;
-  const json = /^\s*[[{]/.test(text) ? tryJSON(text) : undefined;
-  if (json !== undefined) {
-    const collector = new Collector(file, undefined);
-    for (const item of collector.itemsOf(json.value, () => undefined)) {
-      collector.add(item);
-      if (yielder.due) await yielder.turn();
+  const steps = parseSteps(typeof text === 'string' ? Buffer.from(text) : text, file, cache);
+  for (let step = steps.next(); ; step = steps.next()) {
+    if (step.done) return step.value;
+    if (yielder.due) {
+      await yielder.turn();
+      signal?.throwIfAborted();
     }
-    if (collector.problems.length === 0) return collector.result();
   }
-  const lineCounter = new LineCounter();
-  const collector = new Collector(file, lineCounter);
-  for (const doc of documents(text, lineCounter)) {
-    for (const item of collector.items(doc)) {
-      collector.add(item);
-      if (yielder.due) await yielder.turn();
-    }
-    if (yielder.due) await yielder.turn();
-  }
-  return collector.result();
 }
 
-/** The validated entries of each YAML document text seen in the last good load (reloads reuse them). */
-export type DocumentCache = Map<string, Entry[]>;
-
-// A line that starts or ends a document. YAML forbids such a line inside a document (even in a block
-// scalar), so splitting the text on them gives the same documents as the parser.
-const DOCUMENT_MARKER = /^(?:---|\.\.\.)(?:[ \t][^\n]*)?$/m;
-
-/**
- * The fast path for YAML: js-yaml (5-10 times faster than the `yaml` parser) on one document at a time,
- * each document's entries cached by its text, so a reload of a 20,000-object file with one change parses
- * one document. Undefined when anything is off (a syntax error, a problem, a duplicate, a directive): the
- * caller then takes the `yaml` path, which reports every problem with its line and column.
- */
-async function fastYaml(
-  text: string,
-  cache: DocumentCache,
-  yielder: Yielder,
-): Promise<ManifestObjects | undefined> {
-  if (/^%/m.test(text)) return undefined;
-  const objects: ManifestObjects = new Map();
-  const seen: DocumentCache = new Map();
-  for (const part of text.split(DOCUMENT_MARKER)) {
-    let entries = cache.get(part) ?? seen.get(part);
-    if (entries === undefined) {
-      let value: unknown;
-      try {
-        value = loadYaml(part);
-      } catch {
-        return undefined;
-      }
-      const collector = new Collector('', undefined);
-      for (const item of collector.itemsOf(value, () => undefined)) collector.add(item);
-      if (collector.problems.length > 0) return undefined;
-      entries = [...collector.objects.values()];
-    }
-    seen.set(part, entries);
-    for (const entry of entries) {
-      if (objects.has(entry.key)) return undefined;
-      objects.set(entry.key, entry);
-    }
-    if (yielder.due) await yielder.turn();
-  }
-  cache.clear();
-  for (const [part, entries] of seen) cache.set(part, entries);
-  return objects;
+/** parseManifestAsync's work: yields whenever its driver may give the event loop a turn. */
+function* parseSteps(buf: Buffer, file: string, cache: DocumentCache): Generator<void, ManifestObjects> {
+  const load = new Load(buf, new Report(file, buf), cache);
+  if (isJson(buf)) yield* readJson(load);
+  else yield* readYamlStream(load);
+  return yield* load.finish();
 }
 
-function tryJSON(text: string): { value: unknown } | undefined {
+// Up to this size a text that looks like JSON but is not is read as YAML (flow style, `{kind: Service}`),
+// whose parser also says where a broken JSON text breaks. JSON.parse of 1 MiB takes ~10 ms.
+const JSON_CHECK_BYTES = 1024 * 1024;
+
+/** True for a text to read as JSON: it starts with `{` or `[`, and a small one parses as JSON. */
+function isJson(buf: Buffer): boolean {
+  let looks = false;
+  for (const c of buf) {
+    looks = c === 0x7b || c === 0x5b; // { [
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) break;
+  }
+  if (!looks || buf.length > JSON_CHECK_BYTES) return looks;
   try {
-    return { value: JSON.parse(text) };
+    JSON.parse(buf.toString('utf8'));
+    return true;
   } catch {
-    return undefined; // the YAML parser says where
+    return false;
   }
 }
 
-/** The documents of a YAML stream, composed one at a time (parseAllDocuments, lazily). */
-function* documents(text: string, lineCounter: LineCounter): Generator<Document.Parsed> {
-  const parser = new Parser(lineCounter.addNewLine);
-  const composer = new Composer({ uniqueKeys: true, prettyErrors: false });
-  yield* composer.compose(parser.parse(text));
-}
+/** The problems of one parse, each with its file:line:col. */
+class Report {
+  readonly #file: string;
+  readonly #positions: BytePositions;
+  readonly #problems: string[] = [];
+  #more = 0;
 
-/** Where a path of a document starts (an offset in the text), if known. */
-type Locate = (path: (string | number)[]) => number | undefined;
-type Item = { obj: unknown; path: (string | number)[]; locate: Locate };
-
-/** Collects the objects of a manifest and every problem, with its location when there is a YAML tree. */
-class Collector {
-  readonly file: string;
-  readonly lineCounter: LineCounter | undefined;
-  readonly problems: string[] = [];
-  readonly objects: ManifestObjects = new Map();
-
-  constructor(file: string, lineCounter: LineCounter | undefined) {
-    this.file = file;
-    this.lineCounter = lineCounter;
+  constructor(file: string, buf: Buffer) {
+    this.#file = file;
+    this.#positions = new BytePositions(buf);
   }
 
-  where(offset: number | undefined): string {
-    if (offset === undefined || this.lineCounter === undefined) return this.file;
-    const { line, col } = this.lineCounter.linePos(offset);
-    return `${this.file}:${line}:${col}`;
+  get ok(): boolean {
+    return this.#problems.length === 0;
   }
 
-  /** The objects of one YAML document (none when it has syntax errors: those are recorded). */
-  items(doc: Document.Parsed): Item[] {
-    for (const err of doc.errors)
-      this.problems.push(`${this.where(err.pos[0])}: ${err.message.split('\n')[0]}`);
-    if (doc.errors.length > 0) return [];
-    const locate: Locate = (path) => {
-      const node = doc.getIn(path, true) as { range?: [number, number, number] } | undefined;
-      if (node?.range) return node.range[0];
-      // Fall back to the closest parent that exists.
-      for (let n = path.length - 1; n >= 0; n--) {
-        const parent = doc.getIn(path.slice(0, n), true) as { range?: [number, number, number] } | undefined;
-        if (parent?.range) return parent.range[0];
-      }
-      return doc.contents?.range?.[0];
-    };
-    return this.itemsOf(doc.toJS({ maxAliasCount: 100 }), locate);
-  }
-
-  /** The objects of one document's value: an object, a List, or a typed list (`ServiceList`). */
-  itemsOf(value: unknown, locate: Locate): Item[] {
-    if (value === null || value === undefined) return [];
-    const items: Item[] = [];
-    if (isRecord(value) && value.kind === 'List' && Array.isArray(value.items)) {
-      for (const [i, obj] of value.items.entries()) items.push({ obj, path: ['items', i], locate });
-    } else if (
-      isRecord(value) &&
-      typeof value.kind === 'string' &&
-      value.kind.endsWith('List') &&
-      Array.isArray(value.items)
-    ) {
-      // ServiceList, EndpointSliceList (kubectl get -o yaml): items often lack their own kind.
-      const itemKind = value.kind.slice(0, -'List'.length);
-      for (const [i, obj] of value.items.entries()) {
-        items.push({
-          obj: isRecord(obj) && obj.kind === undefined ? { ...obj, kind: itemKind } : obj,
-          path: ['items', i],
-          locate,
-        });
-      }
-    } else {
-      items.push({ obj: value, path: [], locate });
-    }
-    return items;
-  }
-
-  add({ obj, path, locate }: Item): void {
-    const entry = toEntry(obj, (p, message) =>
-      this.problems.push(`${this.where(locate([...path, ...p]))}: ${message}`),
-    );
-    if (entry === undefined) return;
-    if (this.objects.has(entry.key)) {
-      this.problems.push(
-        `${this.where(locate(path))}: duplicate ${entry.kind} ${entry.key.slice(entry.kind.length + 1)}`,
-      );
+  /** A problem at character `offset` of `piece`, a part of the file that starts at byte `base`. */
+  add(base: number, piece: string, offset: number, message: string): void {
+    if (this.#problems.length >= MAX_PROBLEMS) {
+      this.#more++;
       return;
     }
-    this.objects.set(entry.key, entry);
+    const { line, col } = positionWithin(this.#positions.at(base), piece, offset);
+    this.#problems.push(`${this.#file}:${line}:${col}: ${message}`);
   }
 
-  result(): ManifestObjects {
-    if (this.problems.length > 0) {
-      throw new ProxyError('KUP_ERR_MANIFEST_INVALID', `invalid manifest: ${this.problems.join('; ')}`);
+  /** Throws KUP_ERR_MANIFEST_INVALID with the problems, if there are any. */
+  check(): void {
+    if (this.ok) return;
+    const more = this.#more > 0 ? `; and ${this.#more} more problems` : '';
+    throw new ProxyError('KUP_ERR_MANIFEST_INVALID', `invalid manifest: ${this.#problems.join('; ')}${more}`);
+  }
+}
+
+/** A problem found in a part before it is known whether the part stands (see readList). */
+type Deferred = [base: number, piece: string, offset: number, message: string];
+
+/** One parse: the text, its problems, the objects so far, and the parts it read (the next load's cache). */
+class Load {
+  readonly buf: Buffer;
+  readonly report: Report;
+  readonly objects: ManifestObjects = new Map();
+  readonly #cache: DocumentCache;
+  readonly #seen: DocumentCache = new Map();
+
+  constructor(buf: Buffer, report: Report, cache: DocumentCache) {
+    this.buf = buf;
+    this.report = report;
+    this.#cache = cache;
+  }
+
+  /**
+   * The key of a part: how it is read (`how`: a document, or an item of a list of some kind) and a digest
+   * of its bytes. A digest, not the text: a reload then decodes and keeps no string of an unchanged part
+   * (with the texts as keys, a reload of a 70 MB List carried 70 MB of new strings through the garbage
+   * collector's young generation: pauses of 100-160 ms).
+   */
+  keyOf(how: string, span: Span): string {
+    return `${how}\0${createHash('sha1').update(this.buf.subarray(span.start, span.end)).digest('base64')}`;
+  }
+
+  /** The entries of a part read before (in the last good load, or earlier in this one), by its key. */
+  known(key: string): readonly Placed[] | undefined {
+    return this.#cache.get(key) ?? this.#seen.get(key);
+  }
+
+  /**
+   * Adds the entries of the part at `span`; a second object of the same kind, namespace and name is a
+   * problem, at the second one.
+   */
+  add(key: string, placed: readonly Placed[], span: Span): void {
+    this.#seen.set(key, placed);
+    for (const { entry, document, path } of placed) {
+      if (!this.objects.has(entry.key)) {
+        this.objects.set(entry.key, entry);
+        continue;
+      }
+      // Where: the part is read again (it may come from the cache, which keeps no positions).
+      const text = this.buf.toString('utf8', span.start, span.end);
+      const read = readYaml(text, YAML_LIMITS);
+      const offset = read.error === undefined ? read.locate(document, path) : 0;
+      const name = entry.key.slice(entry.kind.length + 1);
+      this.report.add(span.start, text, offset, `duplicate ${entry.kind} ${name}`);
+    }
+  }
+
+  /** The objects; or KUP_ERR_MANIFEST_INVALID, and the cache left as it was. */
+  *finish(): Generator<void, ManifestObjects> {
+    this.report.check();
+    this.#cache.clear();
+    for (const [key, placed] of this.#seen) {
+      this.#cache.set(key, placed);
+      yield;
     }
     return this.objects;
   }
+}
+
+function* readYamlStream(load: Load): Generator<void, void> {
+  const { buf, report } = load;
+  for (const doc of yamlDocuments(buf)) {
+    if (doc === undefined) {
+      yield;
+      continue;
+    }
+    if (doc.end - doc.start >= LIST_SPLIT_BYTES) {
+      const split = yield* listItems(buf, doc);
+      if (split !== undefined && (yield* readList(load, split.head, split.items))) continue;
+    }
+    const key = load.keyOf('yaml', doc);
+    let placed = load.known(key);
+    if (placed === undefined) {
+      const problems: Deferred[] = [];
+      placed = readPart(buf.toString('utf8', doc.start, doc.end), doc.start, problems);
+      for (const p of problems) report.add(...p);
+      if (placed === undefined || problems.length > 0) continue;
+    }
+    load.add(key, placed, doc);
+    yield;
+  }
+}
+
+/**
+ * The entries of one YAML part (every object of every document in it), with its problems in `problems`;
+ * undefined when it does not parse (a syntax error or a limit, in `problems` too).
+ */
+function readPart(text: string, base: number, problems: Deferred[]): Placed[] | undefined {
+  const read = readYaml(text, YAML_LIMITS);
+  if (read.error !== undefined) {
+    problems.push([base, text, read.error.offset, read.error.message]);
+    return undefined;
+  }
+  const placed: Placed[] = [];
+  for (const [document, value] of read.documents.entries()) {
+    for (const { obj, path } of itemsOf(value)) {
+      const entry = toEntry(obj, (p, message) =>
+        problems.push([base, text, read.locate(document, [...path, ...p]), message]),
+      );
+      if (entry !== undefined) placed.push({ entry, document, path });
+    }
+  }
+  return placed;
+}
+
+/**
+ * A big List document read an item at a time. False when the cut does not hold (the head is not a List,
+ * or an item does not parse on its own: an alias to another item's anchor, or text the cut misread);
+ * nothing is reported or added then, and the caller reads the document whole.
+ */
+function* readList(load: Load, head: string, items: readonly Span[]): Generator<void, boolean> {
+  const top = readYaml(head, YAML_LIMITS);
+  const value = top.error === undefined && top.documents.length === 1 ? top.documents[0] : undefined;
+  if (!isRecord(value) || typeof value.kind !== 'string' || !value.kind.endsWith('List')) return false;
+  const itemKind = value.kind === 'List' ? undefined : value.kind.slice(0, -'List'.length);
+  const problems: Deferred[] = [];
+  const parts: [key: string, span: Span, placed: readonly Placed[]][] = [];
+  for (const span of items) {
+    // The kind an item gets from its list is part of what the text means.
+    const key = load.keyOf(`yaml-item\0${itemKind ?? ''}`, span);
+    let placed = load.known(key);
+    if (placed === undefined) {
+      const text = load.buf.toString('utf8', span.start, span.end);
+      const read = readYaml(text, YAML_LIMITS);
+      if (read.error !== undefined) {
+        if (!read.error.limit) return false;
+        problems.push([span.start, text, read.error.offset, read.error.message]);
+        continue;
+      }
+      const [seq] = read.documents;
+      if (read.documents.length !== 1 || !Array.isArray(seq) || seq.length !== 1) return false;
+      const entry = toEntry(withKind(seq[0], itemKind), (p, message) =>
+        problems.push([span.start, text, read.locate(0, [0, ...p]), message]),
+      );
+      if (entry === undefined) continue;
+      placed = [{ entry, document: 0, path: [0] }];
+    }
+    parts.push([key, span, placed]);
+    yield;
+  }
+  for (const p of problems) load.report.add(...p);
+  for (const [key, span, placed] of parts) {
+    load.add(key, placed, span);
+    yield;
+  }
+  return true;
+}
+
+/** An item of a typed list (`ServiceList`) without a kind of its own gets the list's. */
+function withKind(obj: unknown, itemKind: string | undefined): unknown {
+  return itemKind !== undefined && isRecord(obj) && obj.kind === undefined ? { ...obj, kind: itemKind } : obj;
+}
+
+function* readJson(load: Load): Generator<void, void> {
+  const { buf, report } = load;
+  const outline = yield* outlineJson(buf, YAML_LIMITS.maxDepth);
+  if (outline.error !== undefined) {
+    report.add(outline.error.offset, '', 0, outline.error.message);
+    return;
+  }
+  if (outline.root === 'other') {
+    report.add(
+      outline.value.start,
+      '',
+      0,
+      'expected an object (a Service, an EndpointSlice, a Node or a List)',
+    );
+    return;
+  }
+  // As JSON.parse: a repeated key keeps its first place and its last value.
+  const members = new Map<string, Member>();
+  for (const m of outline.members) members.set(m.key, m);
+  const parse = (span: Span): { value: unknown } | undefined => {
+    const text = buf.toString('utf8', span.start, span.end);
+    try {
+      return { value: JSON.parse(text) };
+    } catch (err) {
+      // V8 says where: `... in JSON at position 273 (line 16 column 16)`.
+      const message = (err as Error).message;
+      const at = /at position (\d+)/.exec(message);
+      report.add(
+        span.start,
+        text,
+        at ? Number(at[1]) : 0,
+        `not valid JSON: ${message.replace(/ in JSON at.*/, '')}`,
+      );
+      return undefined;
+    }
+  };
+  const kindMember = members.get('kind');
+  const kind = kindMember === undefined ? undefined : parse(kindMember.value)?.value;
+  const list = members.get('items')?.items;
+  if (list !== undefined && typeof kind === 'string' && kind.endsWith('List')) {
+    // A List: an item at a time, each item's entry kept for the next load.
+    const itemKind = kind === 'List' ? undefined : kind.slice(0, -'List'.length);
+    for (const span of list) {
+      const key = load.keyOf(`json-item\0${itemKind ?? ''}`, span);
+      let placed = load.known(key);
+      if (placed === undefined) {
+        const item = parse(span);
+        const entry =
+          item === undefined
+            ? undefined
+            : toEntry(withKind(item.value, itemKind), (path, message) =>
+                reportInJson(buf, span, path, message, report),
+              );
+        placed = entry === undefined ? undefined : [{ entry, document: 0, path: [] }];
+      }
+      if (placed !== undefined) load.add(key, placed, span);
+      yield;
+    }
+    return;
+  }
+  // One object, a member (and an element of an `items` array) at a time.
+  const fields: [string, unknown][] = [];
+  for (const [key, m] of members) {
+    if (m.items === undefined) {
+      fields.push([key, parse(m.value)?.value]);
+    } else {
+      const values: unknown[] = [];
+      for (const span of m.items) {
+        values.push(parse(span)?.value);
+        yield;
+      }
+      fields.push([key, values]);
+    }
+    yield;
+  }
+  if (!report.ok) return;
+  const value = Object.fromEntries(fields); // own properties even for `__proto__`, as JSON.parse
+  for (const { obj, path } of itemsOf(value)) {
+    const entry = toEntry(obj, (p, message) => {
+      const at = [...path, ...p];
+      const m = members.get(String(at[0]));
+      const span = m?.items !== undefined && typeof at[1] === 'number' ? m.items[at[1]] : m?.value;
+      const rest = m?.items !== undefined && typeof at[1] === 'number' ? at.slice(2) : at.slice(1);
+      if (span === undefined) report.add(0, '', 0, message);
+      else reportInJson(buf, span, rest, message, report);
+    });
+    if (entry !== undefined && load.objects.has(entry.key))
+      report.add(0, '', 0, `duplicate ${entry.kind} ${entry.key.slice(entry.kind.length + 1)}`);
+    else if (entry !== undefined) load.objects.set(entry.key, entry);
+  }
+}
+
+/** A problem at `path` inside the JSON value at `span`: located by reading that value as YAML. */
+function reportInJson(buf: Buffer, span: Span, path: YamlPath, message: string, report: Report): void {
+  const text = buf.toString('utf8', span.start, span.end);
+  const read = readYaml(text, YAML_LIMITS);
+  report.add(span.start, text, read.error === undefined ? read.locate(0, path) : 0, message);
+}
+
+type Item = { readonly obj: unknown; readonly path: YamlPath };
+
+/** The objects of one document's value: an object, a List, or a typed list (`ServiceList`). */
+function itemsOf(value: unknown): Item[] {
+  if (value === null || value === undefined) return [];
+  if (
+    isRecord(value) &&
+    typeof value.kind === 'string' &&
+    value.kind.endsWith('List') &&
+    Array.isArray(value.items)
+  ) {
+    // ServiceList, EndpointSliceList (kubectl get -o yaml): items often lack their own kind.
+    const itemKind = value.kind === 'List' ? undefined : value.kind.slice(0, -'List'.length);
+    return value.items.map((obj, i) => ({
+      obj:
+        itemKind !== undefined && isRecord(obj) && obj.kind === undefined ? { ...obj, kind: itemKind } : obj,
+      path: ['items', i],
+    }));
+  }
+  return [{ obj: value, path: [] }];
 }
 
 function toEntry(
@@ -257,4 +443,65 @@ function toEntry(
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * The reference reader, for tests and benchmarks: the whole text through the `yaml` parser, which keeps
+ * every position and reports every syntax error, in one synchronous piece (seconds for a big file).
+ * Within the same limits as parseManifestAsync, and throws the same way.
+ */
+export function parseManifest(text: string, file = 'manifest'): ManifestObjects {
+  const guard = readYaml(text, YAML_LIMITS);
+  if (guard.error?.limit) {
+    const { line, col } = linePosition(text, guard.error.offset);
+    throw new ProxyError(
+      'KUP_ERR_MANIFEST_INVALID',
+      `invalid manifest: ${file}:${line}:${col}: ${guard.error.message}`,
+    );
+  }
+  const lineCounter = new LineCounter();
+  const where = (offset: number | undefined): string => {
+    if (offset === undefined) return file;
+    const { line, col } = lineCounter.linePos(offset);
+    return `${file}:${line}:${col}`;
+  };
+  const problems: string[] = [];
+  const objects: ManifestObjects = new Map();
+  const composer = new Composer({ uniqueKeys: true, prettyErrors: false });
+  for (const doc of composer.compose(new Parser(lineCounter.addNewLine).parse(text))) {
+    for (const err of doc.errors) problems.push(`${where(err.pos[0])}: ${err.message.split('\n')[0]}`);
+    if (doc.errors.length > 0) continue;
+    const locate = (path: YamlPath) => rangeOf(doc, path);
+    let value: unknown;
+    try {
+      // The guard has bounded the aliases, unless js-yaml could not read the text: then `yaml`'s own bound.
+      value = doc.toJS({ maxAliasCount: guard.error === undefined ? -1 : 100 });
+    } catch (err) {
+      problems.push(`${where(doc.contents?.range?.[0])}: ${(err as Error).message}`);
+      continue;
+    }
+    for (const { obj, path } of itemsOf(value)) {
+      const entry = toEntry(obj, (p, message) =>
+        problems.push(`${where(locate([...path, ...p]))}: ${message}`),
+      );
+      if (entry === undefined) continue;
+      if (objects.has(entry.key))
+        problems.push(
+          `${where(locate(path))}: duplicate ${entry.kind} ${entry.key.slice(entry.kind.length + 1)}`,
+        );
+      else objects.set(entry.key, entry);
+    }
+  }
+  if (problems.length > 0)
+    throw new ProxyError('KUP_ERR_MANIFEST_INVALID', `invalid manifest: ${problems.join('; ')}`);
+  return objects;
+}
+
+/** Where a path of a document starts (an offset in the text), or of its closest parent. */
+function rangeOf(doc: Document.Parsed, path: YamlPath): number | undefined {
+  for (let n = path.length; n >= 0; n--) {
+    const node = doc.getIn(path.slice(0, n), true) as { range?: [number, number, number] } | undefined;
+    if (node?.range) return node.range[0];
+  }
+  return doc.contents?.range?.[0];
 }

@@ -1,21 +1,32 @@
 // A reflector (client-go's): lists one resource, then watches it from the list's resourceVersion,
 // forever, and hands each change to its sink as an add, update or delete against its own cache.
-// Self-healing: 410 → relist, backoff with jitter, a watchdog on silent connections, a periodic full
-// relist. It knows nothing of what the objects mean; nothing reaches the sink after stop().
+// Self-healing: 410 → relist, backoff with jitter that only a quiet period resets, a watchdog on silent
+// connections, a periodic full relist; every answer read within bounds (api-limits.ts). It knows nothing
+// of what the objects mean; nothing reaches the sink after stop().
 import type { KubeConfig } from '@kubernetes/client-node';
-import { fetch } from 'undici';
+import { ProxyError } from '../lib/errors.ts';
 import type { Logger } from '../lib/log.ts';
 import { Yielder } from '../lib/yielder.ts';
+import { DEFAULT_LIMITS, type Limits } from './api-limits.ts';
 import {
   ApiError,
   apiError,
+  describeUrl,
+  get,
+  isJsonAnswer,
   isRecord,
+  notJsonError,
   openSession,
-  readJson,
   type Session,
   truncate,
 } from './api-session.ts';
+import { Backoff, type BackoffPolicy } from './backoff.ts';
+import { listAll } from './list-pager.ts';
+import { LogLimiter } from './log-limiter.ts';
 import type { ObjectMeta } from './objects.ts';
+import { LineSplitter } from './watch-lines.ts';
+
+export { backoffDelay } from './backoff.ts';
 
 /** What a reflector reads of any object. */
 export type ApiObject = { apiVersion?: string; kind?: string; metadata?: ObjectMeta };
@@ -39,8 +50,11 @@ export type Sink = {
 export type Timing = {
   /** Restart a list or watch that received no bytes for this long. */
   watchdogMs: number;
-  /** Delay before retrying a failed list or watch: doubles per attempt, capped, with jitter. */
-  backoff: { initialMs: number; maxMs: number };
+  /**
+   * Delay before retrying a failed list or watch: doubles per failure, capped, with jitter; the count
+   * starts over only after resetMs without a failure.
+   */
+  backoff: BackoffPolicy;
   /** A full relist this often; 0 disables. */
   relistMs: number;
   /** Objects per list page; 0 lists in one response. */
@@ -48,6 +62,14 @@ export type Timing = {
 };
 
 const SHORT_WATCH_MS = 1000;
+/** Warnings the API server's answers can repeat without end: this many a minute per message. */
+const WARN_BURST = 5;
+const WARN_WINDOW_MS = 60_000;
+/**
+ * Lines of one watch we cannot use (malformed, unknown type) before it is dropped as broken: a flood of
+ * them cost the data path most of its event loop, parsed one by one.
+ */
+const MAX_UNUSABLE_LINES = 1000;
 
 /** Why we aborted a request ourselves. */
 class Interrupted extends Error {
@@ -59,25 +81,15 @@ class Interrupted extends Error {
   }
 }
 
-/**
- * Delay before retry `attempt` (1-based): initial × 2^(attempt-1), capped at max, then jittered down by
- * up to half so that many proxies restarted together do not retry in lockstep.
- */
-export function backoffDelay(
-  attempt: number,
-  backoff: { initialMs: number; maxMs: number },
-  random: () => number = Math.random,
-): number {
-  const base = Math.min(backoff.maxMs, backoff.initialMs * 2 ** Math.min(Math.max(attempt - 1, 0), 30));
-  return Math.round(base * (1 - random() / 2));
-}
-
 export class Reflector {
   readonly #resource: Resource;
   readonly #sink: Sink;
   readonly #kc: KubeConfig;
   readonly #log: Logger;
   readonly #timing: Timing;
+  readonly #limits: Limits;
+  readonly #backoff: Backoff;
+  readonly #warnings = new LogLimiter(WARN_BURST, WARN_WINDOW_MS);
   /** The objects as last delivered, keyed `namespace/name`. */
   readonly #cache = new Map<string, ApiObject>();
   /** Where the next watch starts; undefined = list first. */
@@ -88,19 +100,26 @@ export class Reflector {
   #phase: 'idle' | 'list' | 'watch' = 'idle';
   /** False after a failure, so that `Watch started` is logged once per recovery, not per reconnect. */
   #healthy = false;
-  #attempt = 0;
-  #goneStreak = 0;
   #controller: AbortController | undefined;
   #wake: (() => void) | undefined;
   #relistTimer: NodeJS.Timeout | undefined;
   #done: Promise<void> = Promise.resolve();
 
-  constructor(resource: Resource, sink: Sink, kc: KubeConfig, log: Logger, timing: Timing) {
+  constructor(
+    resource: Resource,
+    sink: Sink,
+    kc: KubeConfig,
+    log: Logger,
+    timing: Timing,
+    limits: Limits = DEFAULT_LIMITS,
+  ) {
     this.#resource = resource;
     this.#sink = sink;
     this.#kc = kc;
     this.#log = log;
     this.#timing = timing;
+    this.#limits = limits;
+    this.#backoff = new Backoff(timing.backoff);
   }
 
   start(): void {
@@ -129,18 +148,18 @@ export class Reflector {
         this.#phase = 'idle';
         if (this.#stopped) break;
         if (err instanceof Interrupted && err.reason === 'relist') continue;
-        if (err instanceof ApiError && err.statusCode === 410) {
-          this.#rv = undefined;
-          // One 410 is routine (history compacted); a second right after a fresh list is a failure.
-          if (++this.#goneStreak === 1) {
-            this.#log.info({ err: err.message }, 'Watch expired, relisting');
-            continue;
-          }
+        const gone = err instanceof ApiError && err.statusCode === 410;
+        if (gone) this.#rv = undefined;
+        // Counted whatever came between (a list, events): only a quiet period starts the count over.
+        const attempt = this.#backoff.fail(performance.now());
+        if (gone && attempt === 1) {
+          // One 410 after a quiet period is routine (history compacted): relist at once.
+          this.#log.info({ err: (err as ApiError).message }, 'Watch expired, relisting');
+          continue;
         }
-        this.#attempt++;
         this.#healthy = false;
-        const delayMs = backoffDelay(this.#attempt, this.#timing.backoff);
-        this.#log.warn({ err, during, attempt: this.#attempt, delayMs }, 'Watch failed, retrying');
+        const delayMs = this.#backoff.delay(attempt);
+        this.#log.warn({ err, during, attempt, delayMs }, 'Watch failed, retrying');
         await this.#sleep(delayMs);
       }
     }
@@ -157,37 +176,10 @@ export class Reflector {
     this.#phase = 'list';
     this.#relistDue = false;
     const { path, labelSelector, fieldSelector } = this.#resource;
-    const { items, rv } = await this.#operation(async (session, signal, touch) => {
-      const all: unknown[] = [];
-      let limit = this.#timing.pageSize;
-      let next: string | undefined;
-      for (;;) {
-        const query = { labelSelector, fieldSelector, limit: limit > 0 ? limit : undefined, continue: next };
-        const res = await fetch(session.url(path, query), session.init(signal));
-        touch();
-        if (res.status === 410 && next !== undefined) {
-          // The continue token expired mid-list: start over in one piece, as client-go's pager does.
-          await res.body?.cancel();
-          all.length = 0;
-          next = undefined;
-          limit = 0;
-          continue;
-        }
-        if (res.status !== 200) throw await apiError(res);
-        const body = await readJson(res, touch);
-        if (!isRecord(body) || !Array.isArray(body.items)) {
-          throw new Error(`malformed list response for ${path}`);
-        }
-        for (const item of body.items) all.push(item);
-        const meta = isRecord(body.metadata) ? body.metadata : {};
-        next = typeof meta.continue === 'string' && meta.continue !== '' ? meta.continue : undefined;
-        if (next === undefined) {
-          const listRv = typeof meta.resourceVersion === 'string' ? meta.resourceVersion : '';
-          return { items: all, rv: listRv };
-        }
-      }
-    });
-    this.#attempt = 0;
+    const request = { path, labelSelector, fieldSelector, pageSize: this.#timing.pageSize };
+    const { items, rv } = await this.#operation((session, signal, touch) =>
+      listAll(session, request, this.#limits, signal, touch),
+    );
     await this.#reconcile(items, rv);
   }
 
@@ -244,6 +236,8 @@ export class Reflector {
     const timeoutSeconds = Math.max(1, Math.floor(watchdogS * (0.5 + 0.4 * Math.random())));
     const started = performance.now();
     let events = 0;
+    // What errors name: the URL once known (scheme, host, port, path).
+    let where = path;
     await this.#operation(async (session, signal, touch) => {
       const query = {
         watch: 'true',
@@ -253,9 +247,13 @@ export class Reflector {
         labelSelector,
         fieldSelector,
       };
-      const res = await fetch(session.url(path, query), session.init(signal));
+      const url = session.url(path, query);
+      where = describeUrl(url);
+      const res = await get(session, url, signal);
       touch();
-      if (res.status !== 200) throw await apiError(res);
+      if (res.status !== 200) throw await apiError(res, url);
+      // A proxy's HTML page is one error naming the URL, not a warning per line.
+      if (!isJsonAnswer(res)) throw await notJsonError(res, url);
       if (this.#healthy) {
         this.#log.debug({ resourceVersion: from }, 'Watch restarted');
       } else {
@@ -263,60 +261,74 @@ export class Reflector {
         this.#log.info({ resourceVersion: from }, 'Watch started');
       }
       if (res.body === null) return;
-      const decoder = new TextDecoder();
-      let pending = '';
+      const { maxLineBytes } = this.#limits;
+      const lines = new LineSplitter(maxLineBytes);
+      let unusable = 0;
+      const onLine = (line: string) => {
+        const seen = this.#onLine(line, where);
+        if (seen === 'event') events++;
+        else if (seen === 'unusable' && ++unusable > MAX_UNUSABLE_LINES) {
+          throw new ProxyError(
+            'KUP_ERR_API_RESPONSE',
+            `GET ${where}: more than ${MAX_UNUSABLE_LINES} watch lines that are malformed or of an unknown type; the watch is dropped`,
+          );
+        }
+      };
+      const yielder = new Yielder();
       for await (const chunk of res.body) {
         touch();
-        pending += decoder.decode(chunk, { stream: true });
-        let start = 0;
-        for (let nl = pending.indexOf('\n'); nl !== -1; nl = pending.indexOf('\n', start)) {
-          if (this.#onLine(pending.slice(start, nl))) events++;
-          start = nl + 1;
+        // Leaving the loop (a throw) cancels the body: the connection is dropped.
+        if (!lines.push(chunk, onLine)) {
+          throw new ProxyError(
+            'KUP_ERR_API_RESPONSE',
+            `GET ${where}: a watch line longer than ${maxLineBytes} bytes (maxLineBytes); the watch is dropped`,
+          );
         }
-        pending = pending.slice(start);
+        if (yielder.due) await yielder.turn();
       }
-      pending += decoder.decode();
-      if (this.#onLine(pending)) events++;
+      onLine(lines.end());
     });
     // As client-go: a watch the server ends at once, with nothing in it, must not make a hot loop.
     if (events === 0 && performance.now() - started < SHORT_WATCH_MS) {
-      throw new Error('very short watch: closed by the server within a second, without events');
+      throw new Error(`GET ${where}: very short watch: closed by the server within a second, without events`);
     }
-    this.#progress();
   }
 
-  /** One watch line; true when it was an event that moved us forward. Throws for ERROR events. */
-  #onLine(line: string): boolean {
-    if (line.trim() === '' || this.#stopped) return false;
+  /**
+   * One watch line of `where`: an event that moved us forward, one we could not use (logged,
+   * rate-limited), or nothing (blank, or stopped). Throws for ERROR events.
+   */
+  #onLine(line: string, where: string): 'event' | 'unusable' | 'none' {
+    if (line.trim() === '' || this.#stopped) return 'none';
     let event: unknown;
     try {
       event = JSON.parse(line);
     } catch {
-      this.#log.warn({ line: truncate(line) }, 'Skipping malformed watch line');
-      return false;
+      this.#warn('Skipping malformed watch line', () => ({ line: truncate(line) }));
+      return 'unusable';
     }
     if (!isRecord(event) || typeof event.type !== 'string') {
-      this.#log.warn({ line: truncate(line) }, 'Skipping malformed watch event');
-      return false;
+      this.#warn('Skipping malformed watch event', () => ({ line: truncate(line) }));
+      return 'unusable';
     }
     const { type, object } = event;
     if (type === 'ERROR') {
       const status = isRecord(object) ? object : {};
       const code = typeof status.code === 'number' ? status.code : 500;
-      throw new ApiError(code, typeof status.message === 'string' ? status.message : 'watch ERROR event');
+      const message = typeof status.message === 'string' ? truncate(status.message) : 'watch ERROR event';
+      throw new ApiError(code, `GET ${where}: ${code}: ${message}`);
     }
     if (type === 'BOOKMARK') {
       const rv = isRecord(object) && isRecord(object.metadata) ? object.metadata.resourceVersion : undefined;
       if (typeof rv === 'string' && rv !== '') this.#rv = rv;
-      this.#progress();
-      return true;
+      return 'event';
     }
     if (type !== 'ADDED' && type !== 'MODIFIED' && type !== 'DELETED') {
-      this.#log.warn({ type: truncate(type) }, 'Skipping watch event of unknown type');
-      return false;
+      this.#warn('Skipping watch event of unknown type', () => ({ type: truncate(type) }));
+      return 'unusable';
     }
     const obj = this.#accept(object, `${type} event`);
-    if (obj === undefined) return false;
+    if (obj === undefined) return 'unusable';
     const key = keyOf(obj);
     const old = this.#cache.get(key);
     if (type === 'DELETED') {
@@ -331,23 +343,24 @@ export class Reflector {
     }
     const rv = obj.metadata?.resourceVersion;
     if (typeof rv === 'string' && rv !== '') this.#rv = rv;
-    this.#progress();
-    return true;
+    return 'event';
   }
 
-  #progress(): void {
-    this.#attempt = 0;
-    this.#goneStreak = 0;
+  /** A warning the API server's answers can repeat without end: rate-limited per message. */
+  #warn(msg: string, fields: () => Record<string, unknown>): void {
+    const suppressed = this.#warnings.admit(msg, performance.now());
+    if (suppressed === undefined) return;
+    this.#log.warn(suppressed > 0 ? { ...fields(), suppressed } : fields(), msg);
   }
 
   /** The object, with kind and apiVersion filled in (list items lack them); undefined (logged) if unusable. */
   #accept(value: unknown, where: string): ApiObject | undefined {
     const name = isRecord(value) && isRecord(value.metadata) ? value.metadata.name : undefined;
     if (!isRecord(value) || typeof name !== 'string' || name === '') {
-      this.#log.warn(
-        { where, object: truncate(JSON.stringify(value) ?? String(value)) },
-        'Skipping malformed object',
-      );
+      this.#warn('Skipping malformed object', () => ({
+        where,
+        object: truncate(JSON.stringify(value) ?? String(value)),
+      }));
       return undefined;
     }
     const obj = value as ApiObject;
@@ -365,10 +378,10 @@ export class Reflector {
       if (op === 'synced') this.#sink.synced();
       else this.#sink.receive(op, obj!, old);
     } catch (err) {
-      this.#log.error(
-        { err, event: op, object: obj === undefined ? undefined : keyOf(obj) },
-        'Handler failed',
-      );
+      const suppressed = this.#warnings.admit('Handler failed', performance.now());
+      if (suppressed === undefined) return;
+      const object = obj === undefined ? undefined : keyOf(obj);
+      this.#log.error({ err, event: op, object, ...(suppressed > 0 && { suppressed }) }, 'Handler failed');
     }
   }
 

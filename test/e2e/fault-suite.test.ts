@@ -197,6 +197,9 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
     '5000',
     '--udp-max-sessions-total',
     String(UDP_TOTAL_CAP),
+    // One Service holds 5,000 connections below; the default cap (fd limit / 8) would be 2,500 here.
+    '--max-connections-per-service',
+    '6000',
   ];
   const save = async () => (await sb.exec(node, 'iptables-save', [])).stdout;
   const rules = async () => (await save()).split('\n').filter((l) => l.startsWith('-A'));

@@ -1,6 +1,7 @@
 // A stand-in Kubernetes API server for tests: Services, EndpointSlices and Nodes over plain HTTP on
 // loopback, speaking the real list/watch wire protocol (NDJSON watch, resourceVersions, selectors,
-// pagination, 410 Expired) so @kubernetes/client-node runs against it unmodified; plus fault injection.
+// pagination, 410 Expired) so @kubernetes/client-node runs against it unmodified; plus fault injection
+// and hostile modes (answers without end, 410 storms, floods of unknown events, HTML pages).
 import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
@@ -47,6 +48,39 @@ export type FakeApiServerOptions = {
   /** How a too-old watch is refused (default `event`: 200, ERROR 410 event, close). */
   expiredAs?: ExpiredAs;
 };
+
+/**
+ * Answers of a broken or hostile API server (or of what stands in front of one). The endless ones write
+ * only as fast as the client reads (backpressure), each bounded by HOSTILE_MAX_BYTES and HOSTILE_MAX_MS.
+ */
+export type HostileMode =
+  /** Lists: every page is full (`limit`, default 500) and carries a new continue token, forever. */
+  | 'endless-continue'
+  /** Lists: 200 and a JSON body that never ends (`{"items":[` then objects). */
+  | 'endless-body'
+  /** Watches: 200 and one line that never ends. */
+  | 'endless-line'
+  /** Watches: 200, an ERROR 410 event and the end, whatever the resourceVersion (lists succeed). */
+  | 'gone-storm'
+  /** Watches: 200 and events of unknown types, without end. */
+  | 'unknown-types'
+  /** Every request: a proxy's HTML error page (status 200 unless `status` says otherwise). */
+  | 'html';
+
+export type HostileOptions = {
+  /** Only requests to this path (e.g. `/api/v1/services`); default every resource path. */
+  path?: string;
+  /** The HTTP status of `html` answers (default 200). */
+  status?: number;
+};
+
+/** What one hostile answer may write at most, so that every test loop ends. */
+export const HOSTILE_MAX_BYTES = 2 * 1024 ** 3;
+export const HOSTILE_MAX_MS = 60_000;
+
+/** An nginx-style error page, as a proxy in front of the API server answers. */
+export const HTML_ERROR_PAGE =
+  '<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n';
 
 type Resource = { kind: Kind; apiVersion: string; prefix: string; plural: string; namespaced: boolean };
 const resource = (kind: Kind, apiVersion: string, plural: string, namespaced: boolean): Resource => {
@@ -102,6 +136,10 @@ export class FakeApiServer {
   #fail: { status: number; target: FaultTarget; remaining: number } | null = null;
   #waiters: Waiter[] = [];
   #listening = false;
+  #hostile: { mode: HostileMode; options: HostileOptions } | null = null;
+  /** Open hostile answers, ended when the mode is turned off. */
+  readonly #hostileAnswers = new Set<ServerResponse>();
+  #hostileBytes = 0;
 
   constructor(options: FakeApiServerOptions = {}) {
     this.host = options.host ?? '127.0.0.1';
@@ -241,6 +279,20 @@ export class FakeApiServer {
     for (const w of this.#watches) w.send(text);
   }
 
+  /**
+   * Answer matching requests as a broken or hostile server would (see HostileMode) until called with
+   * null, which also ends the hostile answers still open. Faults (failNext, setFailing) come after it.
+   */
+  hostile(mode: HostileMode | null, options: HostileOptions = {}): void {
+    this.#hostile = mode === null ? null : { mode, options };
+    if (mode === null) for (const res of this.#hostileAnswers) res.end();
+  }
+
+  /** Bytes written by hostile answers so far: at most what the client read, plus socket buffers. */
+  get hostileBytes(): number {
+    return this.#hostileBytes;
+  }
+
   /** Resolve with the first request (from index `from` on) that satisfies `test`; reject after the timeout. */
   waitForRequest(
     test: (r: RecordedRequest) => boolean,
@@ -349,6 +401,10 @@ export class FakeApiServer {
       return sendStatus(res, 401, 'Unauthorized');
     if (!route) return sendStatus(res, 404, 'the server could not find the requested resource');
     if (method !== 'GET') return sendStatus(res, 405, `${method} is not supported by the stand-in`);
+    const hostile = this.#hostile;
+    if (hostile && (hostile.options.path === undefined || hostile.options.path === url.pathname)) {
+      if (this.#answerHostile(res, hostile.mode, hostile.options, verb, route.resource, query)) return;
+    }
     const fail = this.#fail;
     if (fail && (fail.target === 'any' || fail.target === (verb === 'watch' ? 'watch' : 'list'))) {
       if (--fail.remaining <= 0) this.#fail = null;
@@ -396,6 +452,99 @@ export class FakeApiServer {
       metadata['remainingItemCount'] = rest.length;
     }
     sendJson(res, 200, { kind: `${resource.kind}List`, apiVersion: resource.apiVersion, metadata, items });
+  }
+
+  /** The hostile answer to one request; false when the mode does not apply to this verb. */
+  #answerHostile(
+    res: ServerResponse,
+    mode: HostileMode,
+    options: HostileOptions,
+    verb: Verb,
+    resource: Resource,
+    query: Record<string, string>,
+  ): boolean {
+    const count = (bytes: number) => {
+      this.#hostileBytes += bytes;
+    };
+    if (mode === 'html') {
+      res.writeHead(options.status ?? 200, { 'Content-Type': 'text/html' });
+      res.end(HTML_ERROR_PAGE);
+      count(HTML_ERROR_PAGE.length);
+      return true;
+    }
+    const rv = String(this.#rv);
+    const item = (n: number) =>
+      `{"metadata":{"name":"hostile-${n}","namespace":"default","resourceVersion":"${rv}"}}`;
+    if (mode === 'endless-continue' && verb === 'list') {
+      const limit = Number(query['limit'] ?? 0) > 0 ? Number(query['limit']) : 500;
+      const page = Number(query['continue']?.replace(/^hostile-/, '') ?? 0) || 0;
+      const items = Array.from({ length: limit }, (_, i) => item(page * limit + i));
+      const metadata = { resourceVersion: rv, continue: `hostile-${page + 1}` };
+      const text = `{"kind":"${resource.kind}List","apiVersion":"${resource.apiVersion}","metadata":${JSON.stringify(metadata)},"items":[${items.join(',')}]}`;
+      res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+      res.end(text);
+      count(text.length);
+      return true;
+    }
+    if (mode === 'endless-body' && verb === 'list') {
+      const head = `{"kind":"${resource.kind}List","apiVersion":"${resource.apiVersion}","metadata":{"resourceVersion":"${rv}"},"items":[`;
+      let n = 0;
+      this.#pump(res, head, () => {
+        const batch: string[] = [];
+        for (let i = 0; i < 500; i++) batch.push(`${item(n++)},`);
+        return batch.join('');
+      });
+      return true;
+    }
+    if (mode === 'endless-line' && verb === 'watch') {
+      const filler = 'a'.repeat(64 * 1024);
+      this.#pump(res, '{"type":"ADDED","object":{"metadata":{"name":"', () => filler);
+      return true;
+    }
+    if (mode === 'gone-storm' && verb === 'watch') {
+      const message = `too old resource version: ${query['resourceVersion'] ?? ''} (${this.#rv + 1})`;
+      const text = `${JSON.stringify({ type: 'ERROR', object: status(410, message) })}\n`;
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end(text);
+      count(text.length);
+      return true;
+    }
+    if (mode === 'unknown-types' && verb === 'watch') {
+      const line = `{"type":"SURPRISE","object":{"kind":"${resource.kind}","metadata":{"name":"x","resourceVersion":"${rv}"}}}\n`;
+      const batch = line.repeat(Math.ceil((16 * 1024) / line.length));
+      this.#pump(res, '', () => batch);
+      return true;
+    }
+    return false;
+  }
+
+  /** 200 and `head`, then `next()` as fast as the client reads, until it leaves or a bound is hit. */
+  #pump(res: ServerResponse, head: string, next: () => string): void {
+    const started = Date.now();
+    let sent = 0;
+    this.#hostileAnswers.add(res);
+    res.on('close', () => this.#hostileAnswers.delete(res));
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    const write = (text: string): boolean => {
+      sent += text.length;
+      this.#hostileBytes += text.length;
+      return res.write(text);
+    };
+    const fill = (): void => {
+      for (;;) {
+        if (res.writableEnded || res.destroyed) return;
+        if (sent >= HOSTILE_MAX_BYTES || Date.now() - started >= HOSTILE_MAX_MS) {
+          res.end();
+          return;
+        }
+        if (!write(next())) {
+          res.once('drain', fill);
+          return;
+        }
+      }
+    };
+    write(head);
+    fill();
   }
 
   #watch(res: ServerResponse, resource: Resource, matches: Predicate, query: Record<string, string>) {

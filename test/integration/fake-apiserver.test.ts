@@ -489,3 +489,72 @@ test('stop refuses connections; restart serves the same store on the same port',
   assert.deepEqual(names(list.items), ['web']);
   assert.equal(server.create(makeService('default', 'api')).metadata?.resourceVersion, '2');
 });
+
+test('hostile modes: what each answers on the wire, only on its path and verb; off ends open answers', async (t) => {
+  const { server } = await setup(t);
+  server.create(makeService('default', 'web'));
+  const get = (path: string) => fetch(`${server.url}${path}`);
+  /** Reads up to `max` bytes of a body, then drops the connection. */
+  const head = async (res: Response, max: number) => {
+    let text = '';
+    for await (const chunk of res.body!) {
+      text += Buffer.from(chunk).toString();
+      if (text.length >= max) break;
+    }
+    return text;
+  };
+
+  server.hostile('html', { path: '/api/v1/services' });
+  const html = await get('/api/v1/services');
+  assert.equal(html.status, 200);
+  assert.equal(html.headers.get('content-type'), 'text/html');
+  assert.match(await html.text(), /<title>502 Bad Gateway<\/title>/);
+  // Other paths answer as ever.
+  assert.equal((await get('/api/v1/nodes')).headers.get('content-type'), 'application/json');
+  server.hostile('html', { status: 502 });
+  assert.equal((await get('/api/v1/nodes')).status, 502);
+
+  server.hostile('endless-continue');
+  const page1 = (await (await get('/api/v1/services?limit=3')).json()) as {
+    metadata: { continue: string };
+    items: unknown[];
+  };
+  assert.equal(page1.items.length, 3);
+  const page2 = (await (
+    await get(`/api/v1/services?limit=3&continue=${page1.metadata.continue}`)
+  ).json()) as {
+    metadata: { continue: string };
+  };
+  assert.notEqual(page2.metadata.continue, page1.metadata.continue);
+  // A watch is not a list: answered normally.
+  const watch = await get('/api/v1/services?watch=true&resourceVersion=0');
+  assert.match(await head(watch, 10), /^{"type":"ADDED"/);
+
+  server.hostile('endless-body');
+  const body = await head(await get('/api/v1/services'), 3 * 1024 * 1024);
+  assert.match(body, /^{"kind":"ServiceList",.*"items":\[{"metadata":{"name":"hostile-0"/);
+  assert.ok(body.length >= 3 * 1024 * 1024);
+
+  server.hostile('endless-line');
+  const line = await head(await get('/api/v1/services?watch=true'), 2 * 1024 * 1024);
+  assert.ok(!line.includes('\n') && line.length >= 2 * 1024 * 1024);
+
+  server.hostile('gone-storm');
+  const gone = await (await get('/api/v1/services?watch=true&resourceVersion=1')).text();
+  assert.match(gone, /^{"type":"ERROR","object":{.*"code":410}}\n$/);
+  // Lists succeed during a storm.
+  assert.equal(((await (await get('/api/v1/services')).json()) as { items: unknown[] }).items.length, 1);
+
+  server.hostile('unknown-types');
+  const flood = await get('/api/v1/services?watch=true');
+  assert.match(await head(flood, 100), /^{"type":"SURPRISE"/);
+  // Backpressure: a client that stops reading stops the flood (socket buffers aside).
+  const sent = server.hostileBytes;
+  await sleep(200);
+  assert.ok(server.hostileBytes - sent < 16 * 1024 * 1024, `${server.hostileBytes - sent} bytes`);
+  const open = await get('/api/v1/services?watch=true');
+  const ended = open.text();
+  server.hostile(null);
+  assert.match(await ended, /SURPRISE/);
+  assert.equal((await get('/api/v1/services')).headers.get('content-type'), 'application/json');
+});

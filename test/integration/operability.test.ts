@@ -92,7 +92,8 @@ test('metrics: kube-proxy names present, per service port counters move with tra
   assert.equal(table.recent[0].service, 'default/web:http');
   assert.match(table.recent[0].endpoint, /^127\.0\.0\.11:\d+$/);
   const configz = JSON.parse((await get('metrics', '/configz')).text);
-  assert.equal(configz['kubeproxy.config.k8s.io'].iptablesSyncPeriodMs, 30_000);
+  assert.equal(configz['kubeproxy.config.k8s.io'].kind, 'KubeProxyConfiguration');
+  assert.equal(configz['kubeproxy.config.k8s.io'].iptables.syncPeriod, '30s');
 });
 
 test('/healthz turns unhealthy when syncs stall, and healthy again when they resume; /livez as well', async (t) => {

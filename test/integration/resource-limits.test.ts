@@ -1,9 +1,17 @@
 // Resource limits on real loopback sockets: the per-service-port TCP connection cap, a connect that finds
-// no file descriptor (EMFILE, injected), and the UDP session cap across service ports.
+// no file descriptor (EMFILE, injected), and the UDP session cap across service ports. And the proxy as
+// users run it under `ulimit -n 256`: idle clients of one service must not starve another (the default
+// cap is derived from the limit), and running out at accept must be logged and counted.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import dgram from 'node:dgram';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { DEFAULT_OUTLIER_OPTIONS } from '../../src/loadbalancer/outlier.ts';
 import { RoundRobinBalancer } from '../../src/loadbalancer/round-robin.ts';
 import { FdPressure } from '../../src/relay/fd-pressure.ts';
@@ -11,6 +19,7 @@ import type { Connector } from '../../src/relay/tcp.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS, UdpListener, UdpSessionBudget } from '../../src/relay/udp.ts';
 import { ep } from '../helpers/endpoints.ts';
+import { service, slice, toYaml } from '../helpers/manifests.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 import { identityServer, request, tcpServer, udpServer, waitFor } from '../helpers/servers.ts';
 
@@ -151,4 +160,163 @@ test('the UDP session cap across service ports evicts the idlest session, whiche
   await send(a);
   assert.equal(b.context.stats.udpSessionsEvicted, 1);
   assert.equal(budget.size, 3);
+});
+
+const BIN = fileURLToPath(new URL('../../bin/kube-userspace-proxy.js', import.meta.url));
+
+/** A port free on 127.0.0.1 a moment ago. */
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+type Cli = {
+  lines: Record<string, unknown>[];
+  proxyPort(service: string): number;
+  metrics(): Promise<string>;
+  alive(): boolean;
+};
+
+/**
+ * The CLI under `ulimit -n <fdLimit>` (soft and hard: Node cannot raise it) on a manifest with two
+ * services: `idle` (an endpoint here that holds every connection) and `web` (answers `web`).
+ */
+async function startCli(t: After, fdLimit: number, extraArgs: string[] = []): Promise<Cli> {
+  const held: net.Socket[] = [];
+  const idleEndpoint = net.createServer((s) => {
+    s.on('error', () => {});
+    held.push(s);
+  });
+  await new Promise<void>((r) => idleEndpoint.listen(0, '127.0.0.41', r));
+  const web = net.createServer((s) => s.end('web'));
+  await new Promise<void>((r) => web.listen(0, '127.0.0.42', r));
+  t.after(() => {
+    for (const s of held) s.destroy();
+    idleEndpoint.close();
+    web.close();
+  });
+  const idlePort = (idleEndpoint.address() as net.AddressInfo).port;
+  const webPort = (web.address() as net.AddressInfo).port;
+  const dir = await mkdtemp(join(tmpdir(), 'kup-fd-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const manifest = join(dir, 'm.yaml');
+  await writeFile(
+    manifest,
+    toYaml([
+      service('idle', '10.96.0.41', [{ name: 'tcp', port: 80, targetPort: idlePort }]),
+      slice('idle', 'idle-1', [{ ip: '127.0.0.41' }], [{ name: 'tcp', port: idlePort }]),
+      service('web', '10.96.0.42', [{ name: 'http', port: 80, targetPort: webPort }]),
+      slice('web', 'web-1', [{ ip: '127.0.0.42' }], [{ name: 'http', port: webPort }]),
+    ]),
+  );
+  const metricsPort = await freePort();
+  const args = [
+    BIN,
+    '--manifest',
+    manifest,
+    '--no-iptables',
+    '--state-file=',
+    '--hostname-override=node-1',
+    '--bind-address=0.0.0.0',
+    '--healthz-bind-address=',
+    `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+    ...extraArgs,
+  ];
+  const child = spawn('sh', ['-c', `ulimit -n ${fdLimit} && exec "$0" "$@"`, process.execPath, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  t.after(() => child.kill('SIGKILL'));
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr = (stderr + String(d)).slice(-4096)));
+  const lines: Record<string, unknown>[] = [];
+  createInterface({ input: child.stdout }).on('line', (line) => {
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      // Not a log line.
+    }
+  });
+  const alive = () => child.exitCode === null && child.signalCode === null;
+  const proxyPort = (name: string) =>
+    (lines.find((l) => l.msg === 'Opened service port' && l.service === name)?.proxyPort as number) ?? 0;
+  await waitFor(
+    () => {
+      if (!alive()) throw new Error(`the proxy exited: ${stderr}`);
+      return proxyPort('default/idle:tcp/TCP') > 0 && proxyPort('default/web:http/TCP') > 0;
+    },
+    20_000,
+    'the proxy to open both services',
+  );
+  const metrics = async () => {
+    const res = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+    return res.text();
+  };
+  return { lines, proxyPort, metrics, alive };
+}
+
+/** Opens `n` connections to `port` and leaves them idle (the proxy may close those it cannot take). */
+async function idleClients(t: After, port: number, n: number): Promise<net.Socket[]> {
+  const sockets: net.Socket[] = [];
+  t.after(() => {
+    for (const s of sockets) s.destroy();
+  });
+  for (let i = 0; i < n; i++) {
+    const s = net.connect({ host: '127.0.0.1', port });
+    s.on('error', () => {});
+    sockets.push(s);
+    await new Promise((r) => {
+      s.once('connect', r);
+      s.once('close', r);
+    });
+  }
+  return sockets;
+}
+
+test('ulimit -n 256: 300 idle clients of one service do not starve another (default cap: an eighth of the limit)', async (t) => {
+  const cli = await startCli(t, 256);
+  const log = cli.lines.find((l) => l.msg === 'File descriptor limit');
+  assert.equal(log?.maxConnectionsPerService, 64, 'the cap derived from the limit: max(64, 256 / 8)');
+  await idleClients(t, cli.proxyPort('default/idle:tcp/TCP'), 300);
+  // Hostile: 300 idle connections on one service; the other must still answer, every time.
+  for (let i = 0; i < 20; i++) assert.equal(await request(cli.proxyPort('default/web:http/TCP')), 'web');
+  const metrics = await cli.metrics();
+  const rejected =
+    /kup_service_connections_rejected_total\{service="default\/idle:tcp",protocol="TCP",reason="limit"\} (\d+)/.exec(
+      metrics,
+    );
+  assert.ok(
+    Number(rejected?.[1]) >= 200,
+    `idle's clients past the cap are closed and counted: ${rejected?.[0]}`,
+  );
+  assert.ok(cli.alive());
+});
+
+test('ulimit -n 256 and no cap: out of descriptors at accept is logged and counted, and it recovers', async (t) => {
+  const cli = await startCli(t, 256, ['--max-connections-per-service=0']);
+  const clients = await idleClients(t, cli.proxyPort('default/idle:tcp/TCP'), 300);
+  // libuv closes what it cannot accept without telling Node: only the probe sees it.
+  await waitFor(
+    () =>
+      cli.lines.some(
+        (l) =>
+          l.msg === 'Out of file descriptors, shedding new connections' &&
+          ((l.counts as Record<string, number> | undefined)?.accept ?? 0) > 0,
+      ),
+    15_000,
+    'a log line that counts accepts without a descriptor',
+  );
+  for (const s of clients) s.destroy();
+  // Descriptors come back: the other service and /metrics answer again.
+  await waitFor(
+    async () => (await request(cli.proxyPort('default/web:http/TCP')).catch(() => '')) === 'web',
+    10_000,
+    'web to answer again',
+  );
+  const metrics = await cli.metrics();
+  const accept = /kup_fd_exhausted_total\{operation="accept"\} (\d+)/.exec(metrics);
+  assert.ok(Number(accept?.[1]) >= 1, `counted: ${accept?.[0]}`);
+  assert.ok(cli.alive());
 });

@@ -1,6 +1,8 @@
 // The --config file: KubeProxyConfiguration fields → Config, unknown fields, zero values, rendering, and
 // the precedence defaults < file < flags.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { closeSync, constants, openSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -344,6 +346,76 @@ test('a missing file is KUP_ERR_CONFIG_FILE', async () => {
     assert.match(err.message, /\/nonexistent\/kup\.conf.*ENOENT/);
     return isProxyError(err, 'KUP_ERR_CONFIG_FILE');
   });
+});
+
+// Hostile files: each is refused with its place, never a raw ReferenceError/RangeError (before: an
+// "Excessive alias count" ReferenceError, a stack overflow on the recursive alias, "Maximum call stack size
+// exceeded" as the message for the deep one), and quickly.
+const hostile = [
+  {
+    name: 'an alias bomb (9 levels of 9)',
+    text: `${HEAD}featureGates:
+  a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+  b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+  c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+  d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+  e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+  f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+  g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+  h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+  i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+`,
+    want: /^config file c\.yaml:(?:[5-9]|1[0-2]):\d+: aliases expand the document by more than 1000000/,
+  },
+  {
+    name: 'a recursive alias',
+    text: `${HEAD}featureGates: &g\n  again: *g\n`,
+    want: /^config file c\.yaml:4:10: alias \*g is inside the node it names \(a recursive alias\)/,
+  },
+  {
+    name: 'nesting 10,000 deep',
+    text: `${HEAD}featureGates:\n  x: ${'['.repeat(10_000)}${']'.repeat(10_000)}\n`,
+    want: /^config file c\.yaml:4:\d+: nested deeper than 100 levels/,
+  },
+];
+for (const c of hostile)
+  test(`refuses ${c.name} with its line, at once`, () => {
+    const started = performance.now();
+    assert.throws(
+      () => parseConfigFile(c.text, 'c.yaml'),
+      (err: Error) => {
+        assert.match(err.message, c.want);
+        return isProxyError(err, 'KUP_ERR_CONFIG_FILE');
+      },
+    );
+    assert.ok(performance.now() - started < 1000, `${Math.round(performance.now() - started)} ms`);
+  });
+
+test('a FIFO (or any non-regular file) is refused at once, not waited on', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'kup-config-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const fifo = join(dir, 'kup.conf');
+  // No writer ever opens it: a blocking open(2) for reading would wait for ever.
+  execFileSync('mkfifo', [fifo]);
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    loadConfigFile(fifo).then(
+      () => new Error('read'),
+      (err: Error) => err,
+    ),
+    new Promise<'waiting'>((resolve) => {
+      timer = setTimeout(() => resolve('waiting'), 5000);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (outcome === 'waiting') {
+    // Let the parked read go (a writer that closes at once), so that this process can end.
+    closeSync(openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK));
+    assert.fail('loadConfigFile waited on the FIFO');
+  }
+  assert.match(outcome.message, /kup\.conf: not a regular file \(a FIFO\)/);
+  assert.ok(isProxyError(outcome, 'KUP_ERR_CONFIG_FILE'));
+  await assert.rejects(loadConfigFile(dir), /not a regular file \(a directory\)/);
 });
 
 // The fields a KubeProxyConfiguration holds (the rest are our own flags).

@@ -5,8 +5,8 @@ import { DEFAULT_CONFIG } from '../../../src/config/config.ts';
 import { parseArgs } from '../../../src/config/flags.ts';
 import { isProxyError } from '../../../src/lib/errors.ts';
 
-test('defaults: no TCP cap, automatic UDP total, the default state file if writable', () => {
-  assert.equal(DEFAULT_CONFIG.maxConnectionsPerService, 0);
+test('defaults: automatic TCP cap and UDP total, the default state file if writable', () => {
+  assert.equal(DEFAULT_CONFIG.maxConnectionsPerService, -1);
   assert.equal(DEFAULT_CONFIG.udpMaxSessionsTotal, 0);
   assert.equal(DEFAULT_CONFIG.stateFile, undefined);
 });

@@ -7,6 +7,7 @@ import {
   parseEffectiveCapabilities,
   parseFdLimits,
   readFdLimits,
+  tcpConnectionCap,
   udpSessionCap,
 } from '../../../src/proxier/process-limits.ts';
 
@@ -57,3 +58,24 @@ const caps = [
 ];
 for (const c of caps)
   test(`udpSessionCap: ${c.name}`, () => assert.equal(udpSessionCap(c.configured, c.limits), c.want));
+
+const tcpCaps = [
+  { name: 'configured wins', configured: 500, limits: { soft: 100, hard: 100 }, want: 500 },
+  { name: '0 is no cap', configured: 0, limits: { soft: 1024, hard: 1024 }, want: 0 },
+  {
+    name: 'auto: an eighth of the soft limit',
+    configured: -1,
+    limits: { soft: 1048576, hard: 1048576 },
+    want: 131072,
+  },
+  { name: 'auto: at least 64', configured: -1, limits: { soft: 256, hard: 256 }, want: 64 },
+  {
+    name: 'auto: unlimited is no cap',
+    configured: -1,
+    limits: { soft: Number.POSITIVE_INFINITY, hard: Number.POSITIVE_INFINITY },
+    want: 0,
+  },
+  { name: 'auto: unknown limit', configured: -1, limits: undefined, want: 8192 },
+];
+for (const c of tcpCaps)
+  test(`tcpConnectionCap: ${c.name}`, () => assert.equal(tcpConnectionCap(c.configured, c.limits), c.want));

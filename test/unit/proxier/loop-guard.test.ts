@@ -1,0 +1,212 @@
+// The loop guard: which endpoints lead back to this proxy (its proxy ports on an address it listens on,
+// its NodePorts on this host, the portals of its own service ports), table-driven; and the filter that
+// leaves them out with one warning each.
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { test } from 'node:test';
+import { createLogger } from '../../../src/lib/log.ts';
+import {
+  LoopGuard,
+  loopReason,
+  type OwnListeners,
+  OwnListenersBuilder,
+  ownListenersOf,
+  sameOwnListeners,
+} from '../../../src/proxier/loop-guard.ts';
+import type { EndpointKey } from '../../../src/state/endpoint.ts';
+import type { Protocol } from '../../../src/state/service-port.ts';
+import { ep } from '../../helpers/endpoints.ts';
+import { portal } from '../../helpers/portals.ts';
+
+const NODE_IP = '192.168.1.10';
+const web = portal('default', 'web', 'http', {
+  clusterIPs: ['10.96.0.10', 'fd00:96::10'],
+  port: 80,
+  nodePort: 30080,
+  externalIPs: ['203.0.113.7'],
+  loadBalancerIPs: ['198.51.100.9'],
+}).servicePort;
+const dns = portal('kube-system', 'dns', 'dns', {
+  clusterIPs: ['10.96.0.53'],
+  port: 53,
+  protocol: 'UDP',
+}).servicePort;
+
+function own(o: { bindHost?: string; nodePorts?: boolean; portals?: boolean } = {}): OwnListeners {
+  return ownListenersOf(
+    [
+      { servicePort: web, proxyPorts: [40001, 40002] },
+      { servicePort: dns, proxyPorts: [40003, 0] },
+    ],
+    {
+      bindHost: o.bindHost ?? '::',
+      localAddresses: new Set([NODE_IP, '127.0.0.1', '::1', 'fd00:1::10']),
+      nodePorts: o.nodePorts ?? true,
+      portals: o.portals ?? true,
+    },
+  );
+}
+
+const cases: {
+  name: string;
+  ip: string;
+  port: number;
+  protocol?: Protocol;
+  own?: OwnListeners;
+  want: ReturnType<typeof loopReason>;
+}[] = [
+  { name: 'our proxy port on loopback', ip: '127.0.0.1', port: 40001, want: 'proxy-port' },
+  { name: 'our proxy port on any 127/8 address', ip: '127.3.4.5', port: 40001, want: 'proxy-port' },
+  { name: 'the local-list proxy port too', ip: '127.0.0.1', port: 40002, want: 'proxy-port' },
+  { name: 'our proxy port on the node IP', ip: NODE_IP, port: 40001, want: 'proxy-port' },
+  { name: 'our proxy port on IPv6 loopback', ip: '::1', port: 40001, want: 'proxy-port' },
+  { name: 'our proxy port on the unspecified address', ip: '0.0.0.0', port: 40001, want: 'proxy-port' },
+  { name: 'the same port on a pod', ip: '10.244.1.5', port: 40001, want: undefined },
+  { name: 'a UDP proxy port is not a TCP loop', ip: '127.0.0.1', port: 40003, want: undefined },
+  {
+    name: 'a UDP proxy port is a UDP loop',
+    ip: '127.0.0.1',
+    port: 40003,
+    protocol: 'UDP',
+    want: 'proxy-port',
+  },
+  {
+    name: 'bound on one address: another local address is not us',
+    ip: NODE_IP,
+    port: 40001,
+    own: own({ bindHost: '127.0.0.1' }),
+    want: undefined,
+  },
+  {
+    name: 'bound on one address: that address is us',
+    ip: '127.0.0.1',
+    port: 40001,
+    own: own({ bindHost: '127.0.0.1' }),
+    want: 'proxy-port',
+  },
+  {
+    name: 'bound on 0.0.0.0: an IPv6 address is not us',
+    ip: '::1',
+    port: 40001,
+    own: own({ bindHost: '0.0.0.0' }),
+    want: undefined,
+  },
+  { name: 'our NodePort on the node IP', ip: NODE_IP, port: 30080, want: 'node-port' },
+  { name: 'our NodePort on loopback', ip: '127.0.0.1', port: 30080, want: 'node-port' },
+  { name: 'a NodePort of another node', ip: '192.168.1.11', port: 30080, want: undefined },
+  {
+    name: 'NodePorts not served (--no-iptables)',
+    ip: NODE_IP,
+    port: 30080,
+    own: own({ nodePorts: false }),
+    want: undefined,
+  },
+  { name: 'our ClusterIP and port', ip: '10.96.0.10', port: 80, want: 'portal' },
+  { name: 'our IPv6 ClusterIP and port', ip: 'fd00:96::10', port: 80, want: 'portal' },
+  { name: 'our external IP and port', ip: '203.0.113.7', port: 80, want: 'portal' },
+  { name: 'our LB IP and port', ip: '198.51.100.9', port: 80, want: 'portal' },
+  { name: 'our ClusterIP on another port', ip: '10.96.0.10', port: 8080, want: undefined },
+  { name: 'a TCP portal is not a UDP loop', ip: '10.96.0.10', port: 80, protocol: 'UDP', want: undefined },
+  { name: 'our UDP ClusterIP', ip: '10.96.0.53', port: 53, protocol: 'UDP', want: 'portal' },
+  {
+    name: 'no rules (--no-iptables): a ClusterIP is nobody',
+    ip: '10.96.0.10',
+    port: 80,
+    own: own({ portals: false }),
+    want: undefined,
+  },
+];
+
+for (const c of cases)
+  test(`loopReason: ${c.name}`, () => {
+    assert.equal(loopReason(ep(c.ip, c.port), c.protocol ?? 'TCP', c.own ?? own()), c.want);
+  });
+
+test('sameOwnListeners: equal pictures compare equal, one port more does not', () => {
+  assert.ok(sameOwnListeners(own(), own()));
+  const more = ownListenersOf([{ servicePort: web, proxyPorts: [40001, 40009] }], {
+    bindHost: '::',
+    localAddresses: new Set([NODE_IP]),
+    nodePorts: true,
+    portals: true,
+  });
+  assert.ok(!sameOwnListeners(own(), more));
+});
+
+test('OwnListenersBuilder: tells in one pass whether the picture changed', () => {
+  const options = { bindHost: '::', localAddresses: new Set([NODE_IP]), nodePorts: true, portals: true };
+  const build = (previous: OwnListeners, ports: [number, number][]) => {
+    const b = new OwnListenersBuilder(previous, options);
+    for (const [proxy, local] of ports) b.add(web, [proxy, local]);
+    return b.build();
+  };
+  const first = build(own(), [[40001, 40002]]);
+  assert.ok(first.changed, 'against another picture');
+  const cases: { name: string; ports: [number, number][]; changed: boolean }[] = [
+    { name: 'the same ports', ports: [[40001, 40002]], changed: false },
+    {
+      name: 'the same ports twice',
+      ports: [
+        [40001, 40002],
+        [40002, 40001],
+      ],
+      changed: false,
+    },
+    {
+      name: 'one port more',
+      ports: [
+        [40001, 40002],
+        [40005, 0],
+      ],
+      changed: true,
+    },
+    { name: 'one port fewer', ports: [[40001, 0]], changed: true },
+    { name: 'one port moved', ports: [[40001, 40003]], changed: true },
+  ];
+  for (const c of cases) assert.equal(build(first.own, c.ports).changed, c.changed, c.name);
+  const moved = new OwnListenersBuilder(first.own, { ...options, localAddresses: new Set(['192.168.1.99']) });
+  moved.add(web, [40001, 40002]);
+  assert.ok(moved.build().changed, 'a node address changed');
+});
+
+function recording() {
+  const lines: Record<string, unknown>[] = [];
+  const log = createLogger({
+    destination: new Writable({
+      write(chunk, _e, cb) {
+        lines.push(JSON.parse(String(chunk)) as Record<string, unknown>);
+        cb();
+      },
+    }),
+  });
+  return { lines, log };
+}
+
+test('filter: the same array when nothing loops; otherwise a copy without them, one warning each', () => {
+  const { lines, log } = recording();
+  const guard = new LoopGuard(log);
+  const pods = [ep('10.244.1.5', 8080), ep('10.244.2.6', 8080)];
+  const refused = new Set<EndpointKey>();
+  assert.equal(guard.filter(web, pods, refused), pods, 'nothing to filter before any picture');
+  assert.ok(guard.update(own()));
+  assert.ok(!guard.update(own()), 'the same picture again changes nothing');
+  assert.equal(guard.filter(web, pods, refused), pods, 'no allocation when nothing loops');
+
+  // Hostile: the Service names the proxy's own port and its own ClusterIP as endpoints.
+  const hostile = [ep('127.0.0.1', 40001), ...pods, ep('10.96.0.10', 80)];
+  for (let i = 0; i < 3; i++) {
+    assert.deepEqual(guard.filter(web, hostile, refused), pods);
+  }
+  assert.deepEqual([...refused].sort(), ['10.96.0.10:80', '127.0.0.1:40001']);
+  const warnings = lines.filter(
+    (l) => l.msg === 'Endpoint leads back to this proxy (a forwarding loop), left out',
+  );
+  assert.deepEqual(
+    warnings.map((w) => [w.service, w.endpoint, w.reason]),
+    [
+      ['default/web:http/TCP', '127.0.0.1:40001', 'proxy-port'],
+      ['default/web:http/TCP', '10.96.0.10:80', 'portal'],
+    ],
+    'one warning per endpoint, however often the list is applied',
+  );
+});

@@ -1,0 +1,124 @@
+// The pure pieces that bound what the API server can cost us: the backoff manager (a quiet period, not a
+// success, starts the count over), the watch line splitter (linear, bounded), the warning rate limit.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Backoff, backoffDelay } from '../../../src/source/backoff.ts';
+import { LogLimiter } from '../../../src/source/log-limiter.ts';
+import { LineSplitter } from '../../../src/source/watch-lines.ts';
+
+test('Backoff: a 410 storm keeps counting through successful lists; a quiet period starts over', () => {
+  const b = new Backoff({ initialMs: 800, maxMs: 30_000, resetMs: 120_000 });
+  // One line per failure: [time of the failure, attempt it gets]. A list succeeds between each.
+  const script: [number, number][] = [
+    [0, 1], // first 410: relist at once
+    [700, 2], // 410 again right after the fresh list
+    [2_300, 3],
+    [5_500, 4],
+    [11_900, 5],
+    [24_700, 6],
+    [50_300, 7], // capped at 30 s from here
+    [80_300, 8],
+    [200_300, 1], // healthy for 2 min: starts over
+    [200_400, 2],
+  ];
+  for (const [nowMs, want] of script) assert.equal(b.fail(nowMs), want, `at ${nowMs} ms`);
+  assert.equal(
+    b.delay(8, () => 0),
+    30_000,
+  );
+  assert.equal(
+    b.delay(2, () => 0),
+    1_600,
+  );
+});
+
+test('backoffDelay: doubles from initial, capped, jittered down by up to half', () => {
+  const b = { initialMs: 100, maxMs: 1000 };
+  assert.deepEqual(
+    [1, 2, 3, 4, 5, 10, 1000].map((n) => backoffDelay(n, b, () => 0)),
+    [100, 200, 400, 800, 1000, 1000, 1000],
+  );
+  assert.equal(
+    backoffDelay(3, b, () => 1),
+    200,
+  );
+});
+
+const split = (max: number, chunks: (string | Uint8Array)[]) => {
+  const s = new LineSplitter(max);
+  const lines: string[] = [];
+  const ok = chunks.map((c) => s.push(typeof c === 'string' ? Buffer.from(c) : c, (l) => lines.push(l)));
+  return { lines, ok, end: s.end(), pending: s.pendingBytes };
+};
+
+const euro = Buffer.from('€'); // 3 bytes: a chunk boundary may cut it
+const cases = [
+  { name: 'lines in one chunk', max: 100, chunks: ['a\nb\n'], lines: ['a', 'b'], ok: [true], end: '' },
+  {
+    name: 'a line over chunks',
+    max: 100,
+    chunks: ['{"a"', ':1}\n{"b"', ':2}'],
+    lines: ['{"a":1}'],
+    ok: [true, true, true],
+    end: '{"b":2}',
+  },
+  {
+    name: 'a character cut by a chunk boundary',
+    max: 100,
+    chunks: [euro.subarray(0, 1), Buffer.concat([euro.subarray(1), Buffer.from('\n')])],
+    lines: ['€'],
+    ok: [true, true],
+    end: '',
+  },
+  { name: 'empty lines kept', max: 100, chunks: ['\n\nx\n'], lines: ['', '', 'x'], ok: [true], end: '' },
+  {
+    name: 'a line of exactly max',
+    max: 4,
+    chunks: ['ab', 'cd\n'],
+    lines: ['abcd'],
+    ok: [true, true],
+    end: '',
+  },
+  { name: 'pending line over max', max: 4, chunks: ['ab', 'cde'], lines: [], ok: [true, false], end: '' },
+  { name: 'complete line over max', max: 4, chunks: ['ok\nabcde\n'], lines: ['ok'], ok: [false], end: '' },
+];
+for (const c of cases) {
+  test(`LineSplitter: ${c.name}`, () => {
+    const got = split(c.max, c.chunks);
+    assert.deepEqual(got.lines, c.lines);
+    assert.deepEqual(got.ok, c.ok);
+    assert.equal(got.end, c.end);
+  });
+}
+
+test('LineSplitter: an endless line holds at most max bytes and costs linear time', () => {
+  const chunk = Buffer.alloc(64 * 1024, 'a');
+  const max = 8 * 1024 * 1024;
+  const s = new LineSplitter(max);
+  const started = performance.now();
+  let pushes = 0;
+  while (s.push(chunk, () => assert.fail('no line')) && pushes < 1000) pushes++;
+  // 128 chunks fill 8 MiB; the 129th passes the bound, and nothing is held after it.
+  assert.equal(pushes, 128);
+  assert.equal(s.pendingBytes, 0);
+  // Rescanning the whole line for each chunk took 0.33 s for 8 MiB, 5.2 s for 32, 92 s for 128.
+  assert.ok(performance.now() - started < 200, `${performance.now() - started} ms`);
+});
+
+test('LogLimiter: burst per window and message, then the count of what was left out', () => {
+  const l = new LogLimiter(2, 1000);
+  // [time, message, what admit returns]
+  const script: [number, string, number | undefined][] = [
+    [0, 'a', 0],
+    [1, 'a', 0],
+    [2, 'a', undefined],
+    [3, 'a', undefined],
+    [4, 'b', 0], // its own budget
+    [999, 'a', undefined],
+    [1000, 'a', 3], // new window: the three left out are reported
+    [1001, 'a', 0],
+    [1002, 'a', undefined],
+    [5000, 'a', 1],
+  ];
+  for (const [nowMs, msg, want] of script) assert.equal(l.admit(msg, nowMs), want, `${msg} at ${nowMs}`);
+});
