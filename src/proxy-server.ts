@@ -170,6 +170,7 @@ export class ProxyServer {
           ...DEFAULT_TCP_OPTIONS,
           idleTimeoutMs: config.tcpIdleTimeoutMs,
           halfCloseTimeoutMs: config.tcpHalfCloseTimeoutMs,
+          stallTimeoutMs: config.tcpStallTimeoutMs,
           maxConnections: tcpConnectionCap(config.maxConnectionsPerService, this.#fdLimits),
         },
         udp: {

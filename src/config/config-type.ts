@@ -87,6 +87,8 @@ export type Config = {
   tcpIdleTimeoutMs: number;
   /** Our addition: how long a half-closed TCP connection may stay without traffic. */
   tcpHalfCloseTimeoutMs: number;
+  /** --tcp-stall-timeout: a connection whose endpoint takes none of the client's bytes this long is reset; 0 = never. */
+  tcpStallTimeoutMs: number;
   /** Our addition: connect failures in a row that eject an endpoint; 0 = no outlier ejection. */
   outlierConsecutiveFailures: number;
   /** Our addition: the first ejection time (it doubles while the endpoint keeps failing). */

@@ -315,6 +315,12 @@ export const SETTINGS: readonly Setting[] = [
     codec: duration(),
     help: 'Close a half-closed TCP connection after this long without traffic',
   }),
+  row('tcpStallTimeoutMs', {
+    flag: 'tcp-stall-timeout',
+    default: 60_000,
+    codec: duration(),
+    help: "Reset a TCP connection whose endpoint has taken none of the client's bytes for this long (a client that left is otherwise never seen); 0 = never",
+  }),
   row('accessLog', {
     flag: 'access-log',
     default: false,

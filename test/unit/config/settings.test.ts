@@ -50,6 +50,7 @@ const SAMPLES: { readonly [K in keyof Config]: { readonly arg: string; readonly 
   verbosity: { arg: '--v=4', want: 4 },
   tcpIdleTimeoutMs: { arg: '--tcp-idle-timeout=5m', want: 300_000 },
   tcpHalfCloseTimeoutMs: { arg: '--tcp-half-close-timeout=30s', want: 30_000 },
+  tcpStallTimeoutMs: { arg: '--tcp-stall-timeout=2m', want: 120_000 },
   outlierConsecutiveFailures: { arg: '--outlier-consecutive-failures=0', want: 0 },
   outlierBaseEjectionMs: { arg: '--outlier-base-ejection-time=1s', want: 1000 },
   shutdownGracePeriodMs: { arg: '--shutdown-grace-period=30s', want: 30_000 },
