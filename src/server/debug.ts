@@ -23,6 +23,8 @@ export type DebugServicePort = {
    */
   localProxyPort?: number;
   localEndpoints?: string[];
+  /** Endpoints left out because they lead back to this proxy (a forwarding loop). */
+  loopEndpoints?: string[];
   /** Endpoints skipped by outlier ejection, and when they come back. */
   ejected?: { endpoint: string; until: string }[];
   sessionAffinity: 'None' | 'ClientIP';
@@ -72,6 +74,7 @@ function debugServices(
             localProxyPort: status.localProxyPort,
             localEndpoints: status.localEndpoints.map((e) => e.key).sort(),
           }),
+      ...(status.loopEndpoints.length === 0 ? {} : { loopEndpoints: [...status.loopEndpoints].sort() }),
       ...ejectedField(context.balancer.outlier?.ejected(Date.now())),
       sessionAffinity: sp.sessionAffinity,
       ...(sp.sessionAffinity === 'ClientIP' ? { stickyMaxAgeSeconds: sp.stickyMaxAgeSeconds } : {}),

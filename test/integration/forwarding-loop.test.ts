@@ -152,5 +152,15 @@ test('the whole proxy: endpoints at its own proxy ports are left out with one wa
   const metrics = await server.metrics.registry.metrics();
   assert.match(metrics, /kup_forwarding_loop_endpoints\{service="default\/loop:http",protocol="TCP"\} 1/);
   assert.match(metrics, /kup_forwarding_loop_endpoints\{service="default\/loop:dns",protocol="UDP"\} 1/);
+  const debug = (await (
+    await fetch(`http://127.0.0.1:${server.metricsServer!.port}/debug/services`)
+  ).json()) as { service: string; protocol: string; loopEndpoints?: string[] }[];
+  const loopTcp = debug.find((d) => d.service === 'default/loop:http' && d.protocol === 'TCP');
+  assert.deepEqual(
+    loopTcp?.loopEndpoints,
+    [`127.0.0.1:${tcpPort}`],
+    '/debug/services shows what it left out',
+  );
+  assert.equal(debug.find((d) => d.service === 'default/web:http')?.loopEndpoints, undefined);
   assert.equal(await request(webPort), '127.0.0.11', 'the other service keeps serving');
 });
