@@ -2,7 +2,7 @@
 // /debug/trace (trace events as NDJSON, streamed until the client goes away). Query strings only.
 import type http from 'node:http';
 import type { ConnectionFilter, ConnectionTable, ListOptions } from '../trace/connection-table.ts';
-import type { Subscription, TraceEvent, Tracer } from '../trace/tracer.ts';
+import type { Subscription, Tracer } from '../trace/tracer.ts';
 import type { Route } from './http.ts';
 import { sendJSON, sendText } from './http.ts';
 
@@ -62,8 +62,10 @@ const NDJSON_HEADERS = {
 /**
  * `GET /debug/trace?service=&client=&id=&limit=&follow=`: first the buffered events that match (the
  * newest `limit`, oldest first; all by default), then, unless `follow=false`, new events as they happen
- * until the client disconnects. A slow reader pauses its subscription; what overflows it is dropped and
- * reported as a `{"type":"dropped","count":n}` line.
+ * until the client disconnects. Followers are capped (the tracer's maxSubscribers): past the cap, a 503
+ * that says so. Events come in batches (every 50 ms), each line serialized once for all followers; what a
+ * follower does not get (it does not read, or the stream is over its time budget) is reported as a
+ * `{"type":"dropped","count":n}` line.
  */
 function traceRoute(tracer: Tracer): Route {
   return (req, res, url) => {
@@ -72,44 +74,61 @@ function traceRoute(tracer: Tracer): Route {
     const follow = parseFollow(url);
     const error = filter.error ?? limit.error ?? follow.error;
     if (error !== undefined) return sendText(res, 400, `${error}\n`);
-    res.writeHead(200, NDJSON_HEADERS);
     if (req.method === 'HEAD') {
+      res.writeHead(200, NDJSON_HEADERS);
       res.end();
       return;
     }
-    const backlog = tracer.recentEvents(filter.ok, limit.ok);
-    if (backlog.length > 0) res.write(backlog.map(line).join(''));
+    // Subscribed before the backlog is read, so that nothing falls between the two.
+    let sub: Subscription | undefined;
+    if (follow.ok) {
+      sub = tracer.subscribeLines(filter.ok!, {
+        ready: () => ready(res, sub!),
+        write: (chunk) => {
+          if (!res.destroyed) res.write(chunk);
+        },
+      });
+      if (sub === undefined) return tooManyFollowers(res, tracer);
+      res.on('close', () => sub!.close());
+    }
+    res.writeHead(200, NDJSON_HEADERS);
+    const backlog = tracer.recentLines(filter.ok, limit.ok);
+    if (backlog !== '') res.write(backlog);
     if (!follow.ok) {
       res.end();
       return;
     }
     // Let the client see the 200 before the first event, which may be long in coming.
-    if (backlog.length === 0) res.flushHeaders();
-    stream(tracer, filter.ok!, res);
+    if (backlog === '') res.flushHeaders();
   };
 }
 
-function line(event: TraceEvent | { type: 'dropped'; count: number; atMs: number }): string {
-  return `${JSON.stringify(event)}\n`;
+/** Bytes a follower may leave unread in our buffers (beyond the kernel's) before its events queue. */
+const MAX_BUFFERED = 256 * 1024;
+
+/**
+ * Whether a follower takes more: not while more than MAX_BUFFERED of what it was sent waits in our
+ * buffers; then it resumes on drain. (`write()` returning false says little: it does for every batch
+ * over the stream's 16 KiB mark, however fast the reader.)
+ */
+function ready(res: http.ServerResponse, sub: Subscription): boolean {
+  if (res.destroyed || res.writableLength <= MAX_BUFFERED || !res.writableNeedDrain) return true;
+  res.once('drain', () => sub.resume());
+  return false;
 }
 
-function stream(tracer: Tracer, filter: ConnectionFilter, res: http.ServerResponse): void {
-  let reported = 0;
-  let sub: Subscription | undefined;
-  const resume = () => sub?.resume();
-  sub = tracer.subscribe(filter, (event) => {
-    if (res.destroyed) return;
-    const s = sub!;
-    if (s.dropped > reported) {
-      res.write(line({ type: 'dropped', count: s.dropped - reported, atMs: Date.now() }));
-      reported = s.dropped;
-    }
-    if (!res.write(line(event))) {
-      s.pause();
-      res.once('drain', resume);
-    }
+function tooManyFollowers(res: http.ServerResponse, tracer: Tracer): void {
+  const { maxSubscribers } = tracer.stats();
+  const body =
+    `too many followers of /debug/trace (at most ${maxSubscribers} at once); ` +
+    'try again later, or read the buffered events with follow=false\n';
+  res.writeHead(503, {
+    'Content-Type': 'text/plain; charset=utf-8',
+    'X-Content-Type-Options': 'nosniff',
+    'Content-Length': Buffer.byteLength(body),
+    'Retry-After': '10',
   });
-  res.on('close', () => sub?.close());
+  res.end(body);
 }
 
 /** `GET /debug/connections?service=&client=&id=&state=&limit=`: `{active, recent, totals, dropped}`. */

@@ -1,9 +1,12 @@
 // The `connections` and `trace` subcommands: clients of the metrics server's /debug/connections and
-// /debug/trace that print a table or readable trace lines (or the raw JSON). No proxy state of their own.
+// /debug/trace that print a table or readable trace lines (or the JSON). No proxy state of their own.
+// Paths, server names and user names come from clients: nothing they sent reaches the terminal raw
+// (control characters are printed escaped; the JSON output has the same values, only escaped).
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { isProxyError, ProxyError } from '../lib/errors.ts';
 import { parseHostPort } from '../lib/host-port.ts';
+import { jsonSafe, printable } from '../lib/printable.ts';
 import type { ConnectionListing, ConnectionRecord } from './connection-table.ts';
 import type { AppInfo } from './sniff/types.ts';
 import type { TraceEvent } from './tracer.ts';
@@ -73,11 +76,13 @@ function fail(err: unknown, command: string, errOut: Out, url: string): number {
   const e = err as NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException };
   // node:util parseArgs throws ERR_PARSE_ARGS_* for unknown flags and missing values.
   if (isProxyError(err, 'KUP_ERR_INVALID_FLAG') || String(e.code).startsWith('ERR_PARSE_ARGS')) {
-    errOut.write(`kube-userspace-proxy ${command}: ${e.message}\nRun with --help for the flags.\n`);
+    errOut.write(
+      `kube-userspace-proxy ${command}: ${printable(e.message)}\nRun with --help for the flags.\n`,
+    );
     return 2;
   }
   const why = e.cause?.code ?? e.code ?? e.message;
-  errOut.write(`kube-userspace-proxy ${command}: cannot read ${url}: ${why}\n`);
+  errOut.write(`kube-userspace-proxy ${command}: cannot read ${printable(url)}: ${printable(String(why))}\n`);
   return 1;
 }
 
@@ -109,11 +114,14 @@ export async function runConnections(
     const res = await request(url, { dispatcher: agent });
     const text = await res.body.text();
     if (res.statusCode !== 200) {
-      errOut.write(`kube-userspace-proxy connections: ${url}: HTTP ${res.statusCode}: ${text.trim()}\n`);
+      errOut.write(
+        `kube-userspace-proxy connections: ${printable(url)}: HTTP ${res.statusCode}: ${printable(text.trim())}\n`,
+      );
       return 1;
     }
     if (values.json) {
-      out.write(text.endsWith('\n') ? text : `${text}\n`);
+      const json = jsonSafe(text);
+      out.write(json.endsWith('\n') ? json : `${json}\n`);
       return 0;
     }
     out.write(formatConnections(JSON.parse(text) as ConnectionListing));
@@ -165,7 +173,9 @@ export async function runTrace(
     const res = await request(url, { dispatcher: agent, signal, bodyTimeout: 0 });
     if (res.statusCode !== 200) {
       const text = await res.body.text();
-      errOut.write(`kube-userspace-proxy trace: ${url}: HTTP ${res.statusCode}: ${text.trim()}\n`);
+      errOut.write(
+        `kube-userspace-proxy trace: ${printable(url)}: HTTP ${res.statusCode}: ${printable(text.trim())}\n`,
+      );
       return 1;
     }
     let rest = '';
@@ -187,7 +197,7 @@ export async function runTrace(
 
 function printEvent(text: string, json: boolean, requests: boolean, out: Out): void {
   if (json) {
-    out.write(`${text}\n`);
+    out.write(`${jsonSafe(text)}\n`);
     return;
   }
   let event: TraceEvent | { type: 'dropped'; count: number };
@@ -197,7 +207,7 @@ function printEvent(text: string, json: boolean, requests: boolean, out: Out): v
     return;
   }
   const s = formatEvent(event, requests);
-  if (s !== undefined) out.write(`${s}\n`);
+  if (s !== undefined) out.write(`${printable(s)}\n`);
 }
 
 /**
@@ -209,7 +219,8 @@ function formatEvent(
   event: TraceEvent | { type: 'dropped'; count: number },
   requests = false,
 ): string | undefined {
-  if (event.type === 'dropped') return `(${event.count} events dropped: the reader was too slow)`;
+  if (event.type === 'dropped')
+    return `(${event.count} events dropped: the reader was too slow, or more than the trace stream carries)`;
   const who = `${event.service} ${event.client} → ${event.endpoint ?? '-'}`;
   switch (event.type) {
     case 'opened':
@@ -274,7 +285,7 @@ function appSummary(app: AppInfo, requests = true): string {
 /** The `connections` table: active then recent, newest first. */
 function formatConnections(listing: ConnectionListing): string {
   const header = ['SERVICE', 'CLIENT', 'ENDPOINT', 'PROTO/APP', 'BYTES IN/OUT', 'AGE', 'STATE', 'INFO'];
-  const rows = [...listing.active, ...listing.recent].map(row);
+  const rows = [...listing.active, ...listing.recent].map((r) => row(r).map(printable));
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const render = (cells: string[]) =>
     `${cells

@@ -1,44 +1,28 @@
 // The tracer: decides per service port what watching a connection costs (nothing; a table entry and an
-// access-log line; or also a protocol sniffer on its first bytes) and fans events out to a small ring of
-// recent events and to bounded subscribers. Nothing here throws into the relay or buffers without limit.
+// access-log line; or also a protocol sniffer on its first bytes) and hands events to a small ring of
+// recent events and to the live stream of its (capped) subscribers. Nothing here throws into the relay or
+// buffers without limit.
 import type { Logger } from '../lib/log.ts';
 import type { ConnectionInfo, ConnectionObserver } from '../relay/observer.ts';
 import { noopObserver } from '../relay/observer.ts';
 import type { ServicePort, TraceMode } from '../state/service-port.ts';
-import type { ConnectionFilter, ConnectionRecord, ConnectionTable, TableEntry } from './connection-table.ts';
+import type { ConnectionFilter, ConnectionTable, TableEntry } from './connection-table.ts';
+import type { EventStreamStats, LineSink, Subscription } from './event-stream.ts';
+import { EventStream } from './event-stream.ts';
 import { DEFAULT_MAX_REQUESTS, sniffLimits, startSniffer } from './sniff/classify.ts';
-import type { SniffEvent, SniffLimits } from './sniff/types.ts';
+import type { SniffLimits } from './sniff/types.ts';
+import type { RawEvent, TraceEvent } from './trace-event.ts';
+import { CLOSED, OPENED, toTraceEvent, traceLine } from './trace-event.ts';
 
-/** Who an event is about; every trace event carries these. */
-export type TraceEventConnection = {
-  readonly id: number;
-  readonly service: string;
-  readonly protocol: 'TCP' | 'UDP';
-  readonly client: string;
-  readonly endpoint: string | null;
-};
-
-export type OpenedEvent = TraceEventConnection & { readonly type: 'opened'; readonly atMs: number };
-
-export type ClosedEvent = TraceEventConnection & {
-  readonly type: 'closed';
-  readonly atMs: number;
-  readonly startMs: number;
-  readonly durationMs: number;
-  readonly closeReason: ConnectionRecord['closeReason'];
-  readonly bytesFromClient: number;
-  readonly bytesToClient: number;
-  readonly attempts: ConnectionRecord['attempts'];
-  readonly app: ConnectionRecord['app'];
-};
-
-// DNS events carry the message ID as `id`; in a trace event `id` is the connection's, so it is `dnsId`.
-type WithDnsId<E> = E extends { readonly id: number } ? Omit<E, 'id'> & { readonly dnsId: number } : E;
-/** A sniffer event as the trace stream shows it. */
-export type TraceSniffEvent = WithDnsId<SniffEvent>;
-
-/** One line of /debug/trace: a connection opened or closed, or a request the sniffer saw. */
-export type TraceEvent = OpenedEvent | ClosedEvent | (TraceEventConnection & TraceSniffEvent);
+export type { LineSink, Subscription } from './event-stream.ts';
+export type {
+  ClosedEvent,
+  DroppedEvent,
+  OpenedEvent,
+  TraceEvent,
+  TraceEventConnection,
+  TraceSniffEvent,
+} from './trace-event.ts';
 
 export type TracerOptions = {
   /** The default for service ports without a trace annotation (--trace). */
@@ -52,26 +36,22 @@ export type TracerOptions = {
   recentEvents?: number;
   /** Events queued per subscriber before it drops; default 1024. */
   maxPending?: number;
+  /** Subscribers at once (/debug/trace followers); past it subscribe() returns undefined. Default 32. */
+  maxSubscribers?: number;
+  /** How often events are handed to subscribers, in one batch; default 50 ms. */
+  flushIntervalMs?: number;
+  /**
+   * The share of time the live stream may spend building and writing events for subscribers, all of them
+   * together (what does not fit is dropped, and counted); default 0.005, 5 ms a second, whatever the load
+   * and however many follow.
+   */
+  maxStreamCpuShare?: number;
   now?: () => number;
 };
 
-/** A live event stream. Delivery is asynchronous (batched on setImmediate), never on the data path. */
-export interface Subscription {
-  /** Events not delivered because the subscriber's queue was full. */
-  readonly dropped: number;
-  /** Stops delivery; events queue (up to maxPending, then drop) until resume(). */
-  pause(): void;
-  resume(): void;
-  /** Idempotent. */
-  close(): void;
-}
-
-export type TracerStats = {
+export type TracerStats = EventStreamStats & {
   /** Events emitted (opened, closed, sniffer events) since start. */
   events: number;
-  subscribers: number;
-  /** Events dropped by slow subscribers since start. */
-  droppedEvents: number;
 };
 
 export interface Tracer {
@@ -79,138 +59,35 @@ export interface Tracer {
   readonly table: ConnectionTable;
   /** The observer for a service port: its `trace` annotation, else the default mode. Shared instances. */
   observerFor(servicePort: Pick<ServicePort, 'trace'>): ConnectionObserver;
-  /** Live events matching `filter`; `onEvent` must not block (pause() when the sink is full). */
-  subscribe(filter: ConnectionFilter, onEvent: (event: TraceEvent) => void): Subscription;
+  /**
+   * Live events matching `filter` as objects (shared by every subscriber: read, never change them), a
+   * batch at a time; `onEvent` must not block (pause() when its sink is full). Undefined when
+   * maxSubscribers are subscribed.
+   */
+  subscribe(filter: ConnectionFilter, onEvent: (event: TraceEvent) => void): Subscription | undefined;
+  /**
+   * Live events matching `filter` as NDJSON, a batch at a time, with a `{"type":"dropped","count":n}` line
+   * where events were lost. Undefined when maxSubscribers are subscribed. Events recorded before the call
+   * are not streamed: read them with recentLines().
+   */
+  subscribeLines(filter: ConnectionFilter, sink: LineSink): Subscription | undefined;
   /** Buffered events matching `filter`, oldest first: the newest `limit` of them. */
   recentEvents(filter?: ConnectionFilter, limit?: number): TraceEvent[];
+  /** The same as NDJSON; each line is serialized once and kept while its event is in the buffer. */
+  recentLines(filter?: ConnectionFilter, limit?: number): string;
   stats(): TracerStats;
 }
 
 const DEFAULT_RECENT_EVENTS = 1000;
 const DEFAULT_MAX_PENDING = 1024;
-
-// Raw events as stored: a sniffer event, or one of these shared markers read back from the entry.
-const OPENED = { type: 'opened' } as const;
-const CLOSED = { type: 'closed' } as const;
-type RawEvent = SniffEvent | typeof OPENED | typeof CLOSED;
-
-function connectionOf(e: TableEntry): TraceEventConnection {
-  return { id: e.id, service: e.service, protocol: e.protocol, client: e.client, endpoint: e.endpoint };
-}
-
-/** Builds the event object only when someone reads it (off the data path). */
-function toTraceEvent(entry: TableEntry, ev: RawEvent): TraceEvent {
-  if (ev === OPENED) return { type: 'opened', atMs: entry.startMs, ...connectionOf(entry) };
-  if (ev === CLOSED) {
-    const r = entry.record!;
-    return {
-      type: 'closed',
-      atMs: r.endMs ?? r.startMs,
-      ...connectionOf(entry),
-      endpoint: r.endpoint,
-      startMs: r.startMs,
-      durationMs: r.durationMs,
-      closeReason: r.closeReason,
-      bytesFromClient: r.bytesFromClient,
-      bytesToClient: r.bytesToClient,
-      attempts: r.attempts,
-      app: r.app,
-    };
-  }
-  const s = ev as SniffEvent;
-  const head = { type: s.type, atMs: s.atMs, ...connectionOf(entry) };
-  if (s.type === 'dns-query' || s.type === 'dns-response') {
-    const { id, ...rest } = s;
-    return { ...head, ...rest, dnsId: id } as TraceEvent;
-  }
-  return { ...head, ...s } as TraceEvent;
-}
+const DEFAULT_MAX_SUBSCRIBERS = 32;
+const DEFAULT_FLUSH_INTERVAL_MS = 50;
+// An event's line costs 2-10 µs to build and write (an HTTP connection has four), and the kernel's side of
+// the writes, which completes later, as much again: 0.5 % streams 500-2,500 events a second, and 100
+// followers cost a saturated proxy about 2 % of its connections (test/integration/trace-followers).
+const DEFAULT_MAX_STREAM_CPU_SHARE = 0.005;
 
 const noop = (): void => {};
-
-class Subscriber implements Subscription {
-  readonly #tracer: TracerImpl;
-  readonly #filter: ConnectionFilter;
-  readonly #onEvent: (event: TraceEvent) => void;
-  readonly #max: number;
-  #entries: TableEntry[] = [];
-  #events: RawEvent[] = [];
-  #head = 0;
-  #paused = false;
-  #scheduled = false;
-  #closed = false;
-  dropped = 0;
-  readonly #flush = (): void => this.#deliver();
-
-  constructor(tracer: TracerImpl, filter: ConnectionFilter, onEvent: (e: TraceEvent) => void, max: number) {
-    this.#tracer = tracer;
-    this.#filter = filter;
-    this.#onEvent = onEvent;
-    this.#max = max;
-  }
-
-  /** On the data path: a filter check and an array push, or a dropped count. */
-  offer(entry: TableEntry, ev: RawEvent): void {
-    if (!entry.matches(this.#filter)) return;
-    if (this.#entries.length - this.#head >= this.#max) {
-      this.dropped++;
-      this.#tracer.droppedEvents++;
-      return;
-    }
-    this.#entries.push(entry);
-    this.#events.push(ev);
-    this.#schedule();
-  }
-
-  pause(): void {
-    this.#paused = true;
-  }
-
-  resume(): void {
-    this.#paused = false;
-    this.#schedule();
-  }
-
-  close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    this.#entries = [];
-    this.#events = [];
-    this.#head = 0;
-    this.#tracer.unsubscribe(this);
-  }
-
-  #schedule(): void {
-    if (this.#scheduled || this.#paused || this.#closed || this.#head === this.#entries.length) return;
-    this.#scheduled = true;
-    setImmediate(this.#flush);
-  }
-
-  #deliver(): void {
-    this.#scheduled = false;
-    const entries = this.#entries;
-    const events = this.#events;
-    while (this.#head < entries.length && !this.#paused && !this.#closed) {
-      const i = this.#head++;
-      try {
-        this.#onEvent(toTraceEvent(entries[i]!, events[i]!));
-      } catch {
-        // A broken sink ends its own subscription, never the proxy.
-        this.close();
-      }
-    }
-    if (this.#closed) return;
-    if (this.#head === entries.length) {
-      entries.length = 0;
-      events.length = 0;
-      this.#head = 0;
-    } else if (this.#head > 1024) {
-      entries.splice(0, this.#head);
-      events.splice(0, this.#head);
-      this.#head = 0;
-    }
-  }
-}
 
 /** `connections`: a table entry and an access-log line per connection; never sees a byte. */
 class TableObserver implements ConnectionObserver {
@@ -261,18 +138,18 @@ class TracerImpl implements Tracer {
   /** Shared by every sniffer; their events go to #sniffed, the entry whose bytes are being fed. */
   readonly #limits: SniffLimits;
   #sniffed: TableEntry | undefined = undefined;
-  readonly #maxPending: number;
   readonly #logClosed: (entry: TableEntry) => void;
   readonly #observers: Record<TraceMode, ConnectionObserver>;
-  #subscribers: Subscriber[] = [];
-  // The recent-events ring: parallel arrays, so recording an event allocates nothing.
+  readonly #stream: EventStream;
+  // The recent-events ring: parallel arrays, so recording an event allocates nothing. A line is kept once
+  // a reader of the ring has serialized it.
   readonly #ringSize: number;
   readonly #ringEntries: (TableEntry | undefined)[];
   readonly #ringEvents: (RawEvent | undefined)[];
+  readonly #ringLines: (string | undefined)[];
   #ringNext = 0;
   #ringCount = 0;
   events = 0;
-  droppedEvents = 0;
 
   constructor(options: TracerOptions) {
     this.mode = options.mode;
@@ -283,13 +160,21 @@ class TracerImpl implements Tracer {
       maxRequests: options.maxRequests ?? DEFAULT_MAX_REQUESTS,
       onEvent: (ev) => this.#emit(this.#sniffed!, ev),
     });
-    this.#maxPending = Math.max(1, options.maxPending ?? DEFAULT_MAX_PENDING);
+    this.#stream = new EventStream({
+      maxPending: options.maxPending ?? DEFAULT_MAX_PENDING,
+      maxSubscribers: options.maxSubscribers ?? DEFAULT_MAX_SUBSCRIBERS,
+      flushIntervalMs: options.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS,
+      maxCpuShare: options.maxStreamCpuShare ?? DEFAULT_MAX_STREAM_CPU_SHARE,
+      now: this.now,
+      clock: () => performance.now(),
+    });
     const log = options.accessLog;
     // The record is built only when there is an access log to write it to.
     this.#logClosed = log === undefined ? noop : (entry) => log.info(entry.record, 'Connection closed');
     this.#ringSize = Math.max(0, Math.floor(options.recentEvents ?? DEFAULT_RECENT_EVENTS));
     this.#ringEntries = new Array(this.#ringSize);
     this.#ringEvents = new Array(this.#ringSize);
+    this.#ringLines = new Array(this.#ringSize);
     this.#observers = {
       none: noopObserver,
       connections: new TableObserver(this),
@@ -327,30 +212,46 @@ class TracerImpl implements Tracer {
     this.#logClosed(entry);
   }
 
-  subscribe(filter: ConnectionFilter, onEvent: (event: TraceEvent) => void): Subscription {
-    const sub = new Subscriber(this, filter, onEvent, this.#maxPending);
-    // Copy on write: #emit iterates the array without guarding against changes mid-loop.
-    this.#subscribers = [...this.#subscribers, sub];
-    return sub;
+  subscribe(filter: ConnectionFilter, onEvent: (event: TraceEvent) => void): Subscription | undefined {
+    return this.#stream.subscribe(filter, onEvent);
   }
 
-  unsubscribe(sub: Subscriber): void {
-    this.#subscribers = this.#subscribers.filter((s) => s !== sub);
+  subscribeLines(filter: ConnectionFilter, sink: LineSink): Subscription | undefined {
+    return this.#stream.subscribeLines(filter, sink);
   }
 
   recentEvents(filter: ConnectionFilter = {}, limit = Number.POSITIVE_INFINITY): TraceEvent[] {
-    const out: TraceEvent[] = [];
-    const size = this.#ringSize;
-    for (let i = 1; i <= this.#ringCount && out.length < limit; i++) {
-      const at = (this.#ringNext - i + size) % size;
-      const entry = this.#ringEntries[at]!;
-      if (entry.matches(filter)) out.push(toTraceEvent(entry, this.#ringEvents[at]!));
+    return this.#recent(filter, limit).map((at) =>
+      toTraceEvent(this.#ringEntries[at]!, this.#ringEvents[at]!),
+    );
+  }
+
+  recentLines(filter: ConnectionFilter = {}, limit = Number.POSITIVE_INFINITY): string {
+    let text = '';
+    for (const at of this.#recent(filter, limit)) {
+      let line = this.#ringLines[at];
+      if (line === undefined) {
+        line = traceLine(toTraceEvent(this.#ringEntries[at]!, this.#ringEvents[at]!));
+        this.#ringLines[at] = line;
+      }
+      text += line;
     }
-    return out.reverse();
+    return text;
   }
 
   stats(): TracerStats {
-    return { events: this.events, subscribers: this.#subscribers.length, droppedEvents: this.droppedEvents };
+    return { events: this.events, ...this.#stream.stats() };
+  }
+
+  /** Ring positions of the newest `limit` events matching `filter`, oldest first. */
+  #recent(filter: ConnectionFilter, limit: number): number[] {
+    const out: number[] = [];
+    const size = this.#ringSize;
+    for (let i = 1; i <= this.#ringCount && out.length < limit; i++) {
+      const at = (this.#ringNext - i + size) % size;
+      if (this.#ringEntries[at]!.matches(filter)) out.push(at);
+    }
+    return out.reverse();
   }
 
   #emit(entry: TableEntry, ev: RawEvent): void {
@@ -360,11 +261,11 @@ class TracerImpl implements Tracer {
       const at = this.#ringNext;
       this.#ringEntries[at] = entry;
       this.#ringEvents[at] = ev;
+      this.#ringLines[at] = undefined;
       this.#ringNext = at + 1 === size ? 0 : at + 1;
       if (this.#ringCount < size) this.#ringCount++;
     }
-    const subs = this.#subscribers;
-    for (let i = 0; i < subs.length; i++) subs[i]!.offer(entry, ev);
+    this.#stream.record(entry, ev);
   }
 }
 

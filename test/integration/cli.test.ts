@@ -146,3 +146,35 @@ test('--log-format text prints readable lines', async (t) => {
     /^\d{4}-\d\d-\d\dT\S+ INFO {2}Opened service port .*service=default\/web:http\/TCP/m,
   );
 });
+
+test('a manifest of random bytes gives bounded log lines with the reason, not the bytes', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'kup-cli-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'garbage.yaml');
+  // 350 KB of seeded noise without NUL bytes: the YAML parser once quoted it whole (an 840 KB line).
+  const bytes = Buffer.alloc(350_000);
+  let x = 0x9e3779b9;
+  for (let i = 0; i < bytes.length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    bytes[i] = 1 + ((x >>> 0) % 255);
+  }
+  await writeFile(file, bytes);
+  const r = await run([
+    '--manifest',
+    file,
+    '--no-iptables',
+    '--state-file=',
+    '--healthz-bind-address=',
+    '--metrics-bind-address=',
+  ]);
+  assert.equal(r.code, 1);
+  const lines = r.stdout.trim().split('\n');
+  for (const line of lines) {
+    assert.ok(line.length <= 64 * 1024, `a ${line.length}-char log line`);
+    assert.doesNotMatch(line, /[\u0000-\u001f\u007f-\u009f]/, 'no raw control characters');
+    JSON.parse(line);
+  }
+  assert.match(r.stdout, /KUP_ERR_MANIFEST_INVALID/);
+});

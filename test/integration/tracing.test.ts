@@ -22,7 +22,7 @@ import type { TraceMode } from '../../src/state/service-port.ts';
 import { runConnections, runTrace } from '../../src/trace/cli.ts';
 import type { ConnectionRecord } from '../../src/trace/connection-table.ts';
 import { ConnectionTable } from '../../src/trace/connection-table.ts';
-import type { Http1Info, TlsInfo } from '../../src/trace/sniff/types.ts';
+import type { Http1Info, PostgresInfo, TlsInfo } from '../../src/trace/sniff/types.ts';
 import type { TraceEvent, Tracer, TracerOptions } from '../../src/trace/tracer.ts';
 import { createTracer } from '../../src/trace/tracer.ts';
 import { ep } from '../helpers/endpoints.ts';
@@ -51,7 +51,7 @@ function tracing(t: T, mode: TraceMode, extra: Partial<TracerOptions> = {}) {
   });
   const tracer = createTracer({ mode, table, accessLog, ...extra });
   const events: TraceEvent[] = [];
-  const sub = tracer.subscribe({}, (e) => events.push(e));
+  const sub = tracer.subscribe({}, (e) => events.push(e))!;
   t.after(() => sub.close());
   return { table, tracer, events, accessLines };
 }
@@ -441,8 +441,8 @@ test('a slow subscriber drops what overflows its queue and counts it; the others
   const tracer = createTracer({ mode: 'protocols', table, maxPending: 2 });
   const slow: TraceEvent[] = [];
   const fast: TraceEvent[] = [];
-  const s = tracer.subscribe({}, (e) => slow.push(e));
-  const f = tracer.subscribe({}, (e) => fast.push(e));
+  const s = tracer.subscribe({}, (e) => slow.push(e))!;
+  const f = tracer.subscribe({}, (e) => fast.push(e))!;
   t.after(() => {
     s.close();
     f.close();
@@ -617,4 +617,114 @@ test('debug routes and the CLIs against a real metrics-style server', async (t) 
   const dead = await closedPort('127.0.0.1');
   assert.equal(await runConnections(['--metrics-address', `127.0.0.1:${dead}`], sink, errSink), 1);
   assert.match(err, /ECONNREFUSED/);
+});
+
+/** A ClientHello (TLS 1.2 record, TLS_AES_128_GCM_SHA256) whose server_name is `sni`'s latin1 bytes. */
+function clientHello(sni: string): Buffer {
+  const name = Buffer.from(sni, 'latin1');
+  const u16 = (n: number) => Buffer.from([n >> 8, n & 0xff]);
+  const serverName = Buffer.concat([
+    u16(0),
+    u16(name.length + 5),
+    u16(name.length + 3),
+    Buffer.from([0]),
+    u16(name.length),
+    name,
+  ]);
+  const body = Buffer.concat([
+    Buffer.from([3, 3]),
+    Buffer.alloc(32),
+    Buffer.from([0]),
+    u16(2),
+    Buffer.from([0x13, 0x01]),
+    Buffer.from([1, 0]),
+    u16(serverName.length),
+    serverName,
+  ]);
+  const handshake = Buffer.concat([Buffer.from([1, 0, body.length >> 8, body.length & 0xff]), body]);
+  return Buffer.concat([Buffer.from([0x16, 3, 1]), u16(handshake.length), handshake]);
+}
+
+/** A Postgres StartupMessage (protocol 3.0) with these parameters, as latin1 bytes. */
+function pgStartup(params: Record<string, string>): Buffer {
+  const body = Buffer.concat([
+    Buffer.from([0, 3, 0, 0]),
+    ...Object.entries(params).map(([k, v]) => Buffer.from(`${k}\0${v}\0`, 'latin1')),
+    Buffer.from([0]),
+  ]);
+  const len = Buffer.alloc(4);
+  len.writeUInt32BE(body.length + 4);
+  return Buffer.concat([len, body]);
+}
+
+/** Sends `bytes` on a new connection and waits for the other side to close it. */
+function sendAndWait(port: number, bytes: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ host: '127.0.0.1', port }, () => s.write(bytes));
+    s.on('data', () => {});
+    s.on('error', reject);
+    s.on('close', () => resolve());
+  });
+}
+
+// What a terminal acts on: C0 but the newline, DEL, C1 (the latin1 bytes 0x80-0x9f), the bidi override.
+const RAW_CONTROLS = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/;
+
+test('bytes from clients reach the CLIs escaped (HTTP path, TLS server name, Postgres user); the JSON is exact', async (t) => {
+  const { table, tracer } = tracing(t, 'protocols');
+  const server = await startHttpServer('127.0.0.1:0', traceRoutes(tracer, table));
+  t.after(() => server.close());
+  const address = `127.0.0.1:${server.port}`;
+  // Answers anything with an empty 200 and closes.
+  const backend = await tcpServer('127.0.0.13', (s) =>
+    s.once('data', () => s.end('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n')),
+  );
+  t.after(() => backend.close());
+  const web = await tcpProxy(t, tracer, [ep('127.0.0.13', backend.port)], { name: 'prod/web:http' });
+  // Set the window title, clear the screen, 8-bit CSI, hide text, reverse the line.
+  const PATH = '/\x1b]0;owned\x07\x1b[2J\x9b31m';
+  // (The sniffer takes only visible ASCII as a Host.)
+  const HOST = 'shop.example';
+  const SNI = 'x\x1b[41m.example';
+  const USER = 'root\x1b[8m\x9b2J';
+  await sendAndWait(
+    web.listener.port,
+    Buffer.from(`GET ${PATH} HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`, 'latin1'),
+  );
+  await sendAndWait(web.listener.port, clientHello(SNI));
+  await sendAndWait(web.listener.port, pgStartup({ user: USER, database: 'db' }));
+  await recentOne(table, 3);
+
+  let out = '';
+  const sink = { write: (s: string) => (out += s) };
+  const errSink = { write: (s: string) => (out += s) };
+  assert.equal(await runConnections(['--metrics-address', address], sink, errSink), 0);
+  assert.doesNotMatch(out, RAW_CONTROLS, 'the connections table');
+  assert.ok(out.includes('GET /\\x1b]0;owned\\x07\\x1b[2J\\x9b31m host=shop.example 200'), out);
+  assert.ok(out.includes('sni=x\\x1b[41m.example'), out);
+  assert.ok(out.includes('user=root\\x1b[8m\\x9b2J db=db'), out);
+
+  out = '';
+  assert.equal(await runTrace(['--metrics-address', address, '--requests'], sink, undefined, errSink), 0);
+  assert.doesNotMatch(out, RAW_CONTROLS, 'the trace lines');
+  assert.match(out, / GET \/\\x1b\]0;owned\\x07\\x1b\[2J\\x9b31m host=shop\.example 200 \d+ms$/m);
+
+  // --json: the same values, exactly, and still nothing raw on the terminal.
+  out = '';
+  assert.equal(await runConnections(['--metrics-address', address, '--json'], sink, errSink), 0);
+  assert.doesNotMatch(out, RAW_CONTROLS, 'the connections JSON');
+  const apps = (JSON.parse(out) as { recent: ConnectionRecord[] }).recent.map((r) => r.app);
+  const http1 = apps.find((a) => a?.protocol === 'http1') as Http1Info;
+  assert.deepEqual([http1.exchanges[0]!.path, http1.exchanges[0]!.host], [PATH, HOST]);
+  assert.equal((apps.find((a) => a?.protocol === 'tls') as TlsInfo).sni, SNI);
+  assert.equal((apps.find((a) => a?.protocol === 'postgres') as PostgresInfo).user, USER);
+  out = '';
+  assert.equal(await runTrace(['--metrics-address', address, '--json'], sink, undefined, errSink), 0);
+  assert.doesNotMatch(out, RAW_CONTROLS, 'the trace NDJSON');
+  const request = out
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as TraceEvent)
+    .find((e) => e.type === 'http-request');
+  assert.deepEqual(request && [request.path, request.host], [PATH, HOST]);
 });

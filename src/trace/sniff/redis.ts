@@ -6,10 +6,10 @@ const MAX_NAME = 32;
 const MAX_DIGITS = 10;
 
 // Commands that may start an inline (telnet-style) session; used to tell inline Redis from other text.
+// Not HELLO: clients send it as a RESP array, and "hello" is what anyone types to test a port.
 const INLINE_COMMANDS = new Set([
   'PING',
   'AUTH',
-  'HELLO',
   'INFO',
   'SELECT',
   'GET',
@@ -93,6 +93,9 @@ const R_INLINE_WORD = 8;
 const R_INLINE_REST = 9;
 const R_STOP = 10;
 
+/** HELLO's argument that carries credentials (`HELLO [protover [AUTH username password] ...]`). */
+const AUTH = 'AUTH';
+
 /** Sniffs a Redis connection's client side: done after maxRequests command names. */
 export class RedisSniffer implements Sniffer {
   readonly #limits: SniffLimits;
@@ -111,6 +114,10 @@ export class RedisSniffer implements Sniffer {
   #element = 0;
   #remaining = 0;
   #name = '';
+  /** The command being read is HELLO: its arguments are looked at for AUTH (never kept). */
+  #hello = false;
+  /** In a HELLO argument: how much of "AUTH" it matched so far; -1 once it is something else. */
+  #match = -1;
 
   constructor(limits: SniffLimits) {
     this.#limits = limits;
@@ -157,6 +164,7 @@ export class RedisSniffer implements Sniffer {
           } else {
             this.#remaining = this.#num;
             this.#name = '';
+            this.#match = this.#hello && this.#element > 0 && this.#num === AUTH.length ? 0 : -1;
             this.#state = R_BULK_DATA;
             if (this.#remaining === 0) this.#state = R_BULK_CR;
           }
@@ -169,6 +177,11 @@ export class RedisSniffer implements Sniffer {
           if (this.#element === 0 && this.#name.length < MAX_NAME) {
             this.#name += upper(c);
             this.#remaining--;
+          } else if (this.#match >= 0) {
+            // A 4-byte HELLO argument: compared with "AUTH" byte by byte, never copied.
+            this.#match = upper(c) === AUTH[this.#match] ? this.#match + 1 : -1;
+            this.#remaining--;
+            if (this.#match === AUTH.length) this.#auth = true;
           } else {
             // Arguments (and the tail of an absurdly long name): jump over them in one step.
             const take = Math.min(this.#remaining, n - i);
@@ -197,11 +210,23 @@ export class RedisSniffer implements Sniffer {
               this.#inline = true;
               this.#command(this.#name, nowMs);
             }
+            this.#match = 0;
             this.#state = c === 0x0a ? R_START : R_INLINE_REST;
           } else if (c < 0x21 || c > 0x7e) this.#stop();
           else if (this.#name.length < MAX_NAME) this.#name += upper(c);
           break;
         case R_INLINE_REST: {
+          if (this.#hello) {
+            // An inline HELLO: its words are looked at for AUTH.
+            if (c === 0x20 || c === 0x09 || c === 0x0d || c === 0x0a) {
+              if (this.#match === AUTH.length) this.#auth = true;
+              this.#match = 0;
+              if (c === 0x0a) this.#state = R_START;
+            } else if (this.#match >= 0)
+              this.#match =
+                this.#match < AUTH.length && upper(c) === AUTH[this.#match] ? this.#match + 1 : -1;
+            break;
+          }
           const j = buf.indexOf(0x0a, i);
           if (j === -1) i = n;
           else {
@@ -235,7 +260,8 @@ export class RedisSniffer implements Sniffer {
 
   #command(name: string, nowMs: number): void {
     const index = this.#count++;
-    if (name === 'AUTH' || name === 'HELLO') this.#auth = true;
+    if (name === 'AUTH') this.#auth = true;
+    this.#hello = name === 'HELLO';
     if (this.#commands.length < this.#limits.maxRequests) this.#commands.push(name);
     const sink = this.#limits.onEvent;
     if (sink) sink({ type: 'redis-command', index, command: name, atMs: nowMs });

@@ -138,7 +138,7 @@ export type RedisInfo = {
   readonly commands: readonly string[];
   /** Commands seen, recorded or not. */
   readonly commandCount: number;
-  /** An AUTH command, or HELLO (which may carry AUTH), was sent. */
+  /** An AUTH command, or a HELLO with its AUTH argument, was sent. */
   readonly auth: boolean;
   /** Inline (telnet-style) commands rather than RESP arrays. */
   readonly inline: boolean;

@@ -90,6 +90,20 @@ const cases: Case[] = [
   { name: 'Redis inline PING', make: tcp, steps: [c('PING\r\n')], want: 'redis' },
   { name: 'Redis inline GET (not a path)', make: tcp, steps: [c('GET somekey\r\n')], want: 'redis' },
   { name: 'Redis inline lower case', make: tcp, steps: [c('set k v\r\n')], want: 'redis' },
+  {
+    name: 'Redis HELLO (a RESP array)',
+    make: tcp,
+    steps: [c('*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n')],
+    want: 'redis',
+  },
+  {
+    name: 'a plain "hello" line is not Redis',
+    make: tcp,
+    steps: [c('hello\r\n')],
+    want: 'unknown',
+    done: true,
+  },
+  { name: 'nor is "HELLO there"', make: tcp, steps: [c('HELLO there\n')], want: 'unknown', done: true },
   { name: 'Postgres StartupMessage', make: tcp, steps: [c(pgStartup)], want: 'postgres' },
   {
     name: 'Postgres SSLRequest',

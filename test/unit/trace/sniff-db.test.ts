@@ -323,6 +323,58 @@ test('redis inline commands, and the bound on recorded commands', () => {
   );
 });
 
+test('redis auth: AUTH, or HELLO with its AUTH argument (RESP or inline); a bare HELLO is not auth', () => {
+  const cases: { name: string; bytes: Buffer; commands: string[]; auth: boolean }[] = [
+    { name: 'HELLO 3', bytes: resp('HELLO', '3'), commands: ['HELLO'], auth: false },
+    { name: 'HELLO alone', bytes: resp('hello'), commands: ['HELLO'], auth: false },
+    {
+      name: 'HELLO 3 SETNAME auth',
+      bytes: resp('HELLO', '3', 'SETNAME', 'auth1'),
+      commands: ['HELLO'],
+      auth: false,
+    },
+    {
+      name: 'HELLO 3 AUTH u p',
+      bytes: resp('HELLO', '3', 'AUTH', 'u', SECRET),
+      commands: ['HELLO'],
+      auth: true,
+    },
+    {
+      name: 'HELLO 3 auth (lower case)',
+      bytes: resp('HELLO', '3', 'auth', 'u', SECRET),
+      commands: ['HELLO'],
+      auth: true,
+    },
+    { name: 'GET AUTH is a key', bytes: resp('GET', 'AUTH'), commands: ['GET'], auth: false },
+    { name: 'AUTH', bytes: resp('AUTH', SECRET), commands: ['AUTH'], auth: true },
+    {
+      name: 'inline PING then HELLO 3',
+      bytes: Buffer.from('PING\r\nHELLO 3\r\n'),
+      commands: ['PING', 'HELLO'],
+      auth: false,
+    },
+    {
+      name: 'inline PING then HELLO 3 AUTH',
+      bytes: Buffer.from(`PING\r\nhello 3 AUTH default ${SECRET}\r\nGET k\r\n`),
+      commands: ['PING', 'HELLO', 'GET'],
+      auth: true,
+    },
+    {
+      name: 'inline HELLO with AUTHX is not AUTH',
+      bytes: Buffer.from('PING\r\nHELLO 3 AUTHX u p\r\n'),
+      commands: ['PING', 'HELLO'],
+      auth: false,
+    },
+  ];
+  for (const c of cases) {
+    for (const split of [(b: Buffer) => [b], bytewise]) {
+      const info = redis(replay(createSniffer({ protocol: 'tcp' }), [client(c.bytes)], split));
+      assert.deepEqual([info.commands, info.auth], [c.commands, c.auth], c.name);
+      assertNoSecret(info);
+    }
+  }
+});
+
 test('fuzz: mutated Postgres, MySQL and Redis messages and random bytes never throw', async () => {
   const hello = await realClientHello('fuzz.test');
   const rand = prng(0xdb);
