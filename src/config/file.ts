@@ -7,7 +7,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { Document, LineCounter, parseDocument, Scalar } from 'yaml';
 import { ProxyError } from '../lib/errors.ts';
 import { readRegularFile } from '../lib/read-regular-file.ts';
-import { readYaml } from '../lib/safe-yaml.ts';
+import { readYaml, YAML_LIMITS } from '../lib/safe-yaml.ts';
 import { linePosition } from '../lib/text-position.ts';
 import type { Config } from './config-type.ts';
 import { IGNORED_FIELDS, isUnset } from './ignored.ts';
@@ -94,8 +94,8 @@ export function parseConfigFile(text: string, file: string): ConfigFile {
   }
   let root: unknown;
   try {
-    // Bounded by the guard above, unless js-yaml could not read the text: then `yaml`'s own bound.
-    root = doc.toJS({ maxAliasCount: guard.error === undefined ? -1 : 100 });
+    // Bounded by the guard above; `yaml`'s own alias bound too, should the two parsers disagree.
+    root = doc.toJS({ maxAliasCount: YAML_LIMITS.maxAliases });
   } catch (err) {
     return fail([], `cannot be read: ${(err as Error).message}`);
   }

@@ -317,7 +317,7 @@ export const SETTINGS: readonly Setting[] = [
   }),
   row('tcpStallTimeoutMs', {
     flag: 'tcp-stall-timeout',
-    default: 60_000,
+    default: 300_000,
     codec: duration(),
     help: "Reset a TCP connection whose endpoint has taken none of the client's bytes for this long (a client that left is otherwise never seen); 0 = never",
   }),

@@ -2,12 +2,15 @@
 // relay/own-traffic.ts). Read at each sync: a node address may come and go.
 import { networkInterfaces } from 'node:os';
 
-/** Every address of every interface (loopback included), canonical as the kernel writes them. */
+/**
+ * Every address of every interface (loopback included), canonical as the kernel writes them, sorted,
+ * without IPv6 link-local ones: every pod's veth brings one (so the list would change with each pod on
+ * the node), and an endpoint can never be link-local (the API refuses it).
+ */
 export function readLocalAddresses(): string[] {
   const out: string[] = [];
   for (const list of Object.values(networkInterfaces())) {
-    // A link-local IPv6 address carries its zone (`fe80::1%eth0`); endpoints never do.
-    for (const a of list ?? []) out.push(a.address.split('%')[0]!);
+    for (const a of list ?? []) if (!a.address.toLowerCase().startsWith('fe80:')) out.push(a.address);
   }
-  return out;
+  return out.sort();
 }

@@ -472,8 +472,7 @@ export class Proxier {
     if (!changed) return;
     this.#loopGuard.replace(own);
     for (const rt of running) {
-      rt.refilter();
-      this.#claims.endpointsChanged(rt.servicePort.key);
+      if (rt.refilter()) this.#claims.endpointsChanged(rt.servicePort.key);
       if (yielder.due) await yielder.turn();
       if (this.#closed) return;
     }

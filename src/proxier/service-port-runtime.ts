@@ -1,6 +1,8 @@
 // What runs for one service port: its primary listener (the cluster-wide list, or the local one when
 // it is the only one used), the local list's second listener when it uses both, their per-family
 // balancers, and what the rules know of its endpoints. Binds through the port binder; writes no rules.
+
+import { sameList } from '../lib/lists.ts';
 import type { Logger } from '../lib/log.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
 import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
@@ -183,9 +185,14 @@ export class ServicePortRuntime {
     return true;
   }
 
-  /** Our listeners changed: the last endpoints are filtered again (see LoopGuard). */
-  refilter(): void {
+  /**
+   * Our listeners changed: the last endpoints are filtered again (see LoopGuard). True when what is left
+   * out changed (and with it the balancers: the endpoints are the same).
+   */
+  refilter(): boolean {
+    const before = this.loopEndpoints;
     this.setEndpoints(this.#eps);
+    return !sameList(before, this.loopEndpoints);
   }
 
   /** The pick counts of endpoints no balancer of this service port holds any more are dropped. */

@@ -181,10 +181,13 @@ export type StateFileLock = { release(): Promise<void> };
 export async function lockStateFile(path: string): Promise<StateFileLock> {
   const name = `\0kube-userspace-proxy/state/${createHash('sha256').update(resolve(path)).digest('hex').slice(0, 40)}`;
   for (let attempt = 0; ; attempt++) {
+    // Whoever connects gets the pid and is closed at once (a client that never closes its side must not
+    // hold our descriptors); a few at a time.
     const server = net.createServer((socket) => {
       socket.on('error', () => {});
-      socket.end(`${process.pid}\n`);
+      socket.end(`${process.pid}\n`, () => socket.destroy());
     });
+    server.maxConnections = 8;
     try {
       await new Promise<void>((ok, fail) => {
         server.once('error', fail);

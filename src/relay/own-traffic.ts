@@ -1,13 +1,17 @@
 // Traffic that comes back to this process from its own upstream sockets: a forwarding loop the endpoint
-// filter could not see (a NAT rule of someone else's, a ClusterIP added after the endpoint). Counts how
-// many times a connection or session has passed through us, so the relays can refuse it past a bound.
+// filter (proxier/loop-guard.ts) could not see, such as an endpoint on a local address added after the
+// last sync. Counts how many times a connection or session has passed through us, so the relays can
+// refuse it past a bound. A pass is counted only when the client is one of our upstream sockets (its
+// address and port) AND that socket went to the address and port the client arrived at: a stranger whose
+// source port happens to equal one of ours (Linux shares a local port among connections to different
+// destinations) is never taken for a loop. A loop through NAT (someone else's rule sending an endpoint
+// back to us) changes the destination and is not seen here: the per-service caps bound it.
 // Only clients on this host's own addresses are followed: no work for anyone else.
 import type net from 'node:net';
 
 /**
  * A connection or UDP session may pass through this process this many times (the first included); one
- * that would pass again is refused. A real chain of Services through this proxy (A's endpoint leads to
- * B's ClusterIP) passes twice; a loop passes until refused, so a loop costs at most this many
+ * that would pass again is refused. A loop passes until refused, so it costs at most this many
  * connections per client connection (one more when its first hop came from another host).
  */
 export const MAX_PASSES = 3;
@@ -18,17 +22,23 @@ export interface PassOwner {
   readonly passes: number;
 }
 
-type Entry = { owner: PassOwner; address: string };
+/** An upstream socket: whose it is, and the address and port it was sent to. */
+type Entry = { owner: PassOwner; toAddress: string; toPort: number };
 
 function isLoopback(address: string): boolean {
   return address.startsWith('127.') || address === '::1';
 }
 
+/** An upstream socket's local address and port: the client address it has when it comes back to us. */
+function keyOf(address: string, port: number): string {
+  return `${address}|${port}`;
+}
+
 export class OwnTraffic {
   /** This host's addresses (canonical), beside loopback; the proxier keeps them current. */
   #local: ReadonlySet<string> = new Set();
-  readonly #tcp = new Map<number, Entry>();
-  readonly #udp = new Map<number, Entry>();
+  readonly #tcp = new Map<string, Entry>();
+  readonly #udp = new Map<string, Entry>();
 
   /** Replaces the host's addresses (loopback is always local). */
   setLocalAddresses(addresses: ReadonlySet<string>): void {
@@ -51,38 +61,51 @@ export class OwnTraffic {
 
   /**
    * Registers `owner`'s upstream socket, once its connect() has been issued (its local port is bound).
-   * Returns the local port registered (0 when it has none yet: nothing is registered).
+   * Returns the key to close it with ('' when it has no local port yet: nothing is registered).
    */
-  tcpOpened(owner: PassOwner, socket: net.Socket): number {
+  tcpOpened(owner: PassOwner, socket: net.Socket, toAddress: string, toPort: number): string {
     const port = socket.localPort ?? 0;
     const address = socket.localAddress;
-    if (port === 0 || address === undefined) return 0;
-    this.#tcp.set(port, { owner, address });
-    return port;
+    if (port === 0 || address === undefined) return '';
+    const key = keyOf(address, port);
+    this.#tcp.set(key, { owner, toAddress, toPort });
+    return key;
   }
 
-  tcpClosed(owner: PassOwner, port: number): void {
-    // Two of our sockets may share a local port (towards different destinations): the later one wins.
-    if (this.#tcp.get(port)?.owner === owner) this.#tcp.delete(port);
+  tcpClosed(owner: PassOwner, key: string): void {
+    // Linux reuses a local address and port towards another destination: the later socket wins.
+    if (this.#tcp.get(key)?.owner === owner) this.#tcp.delete(key);
   }
 
-  /** How many times a TCP client at `address`:`port` has already passed through us (0 for a stranger). */
-  tcpPasses(address: string, port: number): number {
-    const e = this.#tcp.get(port);
-    return e !== undefined && e.address === address ? e.owner.passes + 1 : 0;
+  /**
+   * How many times a TCP client at `address`:`port`, accepted on `localAddress`:`localPort`, has already
+   * passed through us: 0 for a stranger, or for one of our sockets that went somewhere else.
+   */
+  tcpPasses(address: string, port: number, localAddress: string, localPort: number): number {
+    const e = this.#tcp.get(keyOf(address, port));
+    if (e === undefined || e.toPort !== localPort || e.toAddress !== localAddress) return 0;
+    return e.owner.passes + 1;
   }
 
-  udpOpened(owner: PassOwner, address: string, port: number): void {
-    if (port !== 0) this.#udp.set(port, { owner, address });
+  /** Registers a UDP session's upstream socket; returns the key to close it with ('' for none). */
+  udpOpened(owner: PassOwner, address: string, port: number, toAddress: string, toPort: number): string {
+    if (port === 0) return '';
+    const key = keyOf(address, port);
+    this.#udp.set(key, { owner, toAddress, toPort });
+    return key;
   }
 
-  udpClosed(owner: PassOwner, port: number): void {
-    if (this.#udp.get(port)?.owner === owner) this.#udp.delete(port);
+  udpClosed(owner: PassOwner, key: string): void {
+    if (this.#udp.get(key)?.owner === owner) this.#udp.delete(key);
   }
 
-  /** As tcpPasses, for a datagram from `address`:`port`. */
-  udpPasses(address: string, port: number): number {
-    const e = this.#udp.get(port);
-    return e !== undefined && e.address === address ? e.owner.passes + 1 : 0;
+  /**
+   * As tcpPasses, for a datagram from `address`:`port` to the listener on `listenerPort`. A datagram's
+   * destination address is not known to a dgram socket: one of this host's addresses is taken as ours.
+   */
+  udpPasses(address: string, port: number, listenerPort: number): number {
+    const e = this.#udp.get(keyOf(address, port));
+    if (e === undefined || e.toPort !== listenerPort || !this.isLocal(e.toAddress)) return 0;
+    return e.owner.passes + 1;
   }
 }

@@ -64,7 +64,7 @@ export const DEFAULT_TCP_OPTIONS: TcpRelayOptions = {
   backlog: 4096,
   keepAliveDelayMs: 60_000,
   maxConnections: 0,
-  stallTimeoutMs: 60_000,
+  stallTimeoutMs: 300_000,
 };
 
 export type TcpRelayDeps = {
@@ -134,8 +134,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   passes = 0;
   /** The client is on this host: its upstream sockets are registered, to see it come back. */
   tracked = false;
-  /** The registered local port of the upstream socket; 0 when none is. */
-  ownPort = 0;
+  /** The upstream socket's registration in OwnTraffic; '' when none. */
+  ownKey = '';
   /** When the stall sweep first saw the client paused with no byte moving; 0 = not stalled. */
   stallSinceMs = 0;
   /** Bytes read from both sides at that sweep. */
@@ -228,9 +228,9 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
 
   /** Drops the upstream socket's registration, if any. */
   forgetUpstream(): void {
-    if (this.ownPort === 0) return;
-    this.listener.ownTraffic.tcpClosed(this, this.ownPort);
-    this.ownPort = 0;
+    if (this.ownKey === '') return;
+    this.listener.ownTraffic.tcpClosed(this, this.ownKey);
+    this.ownKey = '';
   }
 
   hasFailedOn(endpoint: Endpoint): boolean {
@@ -337,20 +337,24 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
 
   /**
    * The stall sweep (every open connection, every stallSweepMs). A client paused because the endpoint
-   * does not read is probed with an empty write (a reset surfaces as an error) and closed after
-   * `timeoutMs` with no byte moving either way. A paused upstream (the client does not read) is probed
-   * only: a client that leaves is seen on our pending writes to it, one that stays holds its own socket.
+   * takes none of its bytes is closed after `timeoutMs` with nothing moving: no byte read from either
+   * side and none of ours taken by the endpoint's kernel (a slow reader is progress). Without an idle
+   * timeout (whose timer any write would restart) the paused side's peer is probed with an empty write,
+   * so a reset surfaces as an error within a sweep. A paused upstream (the client does not read) is
+   * probed only: a client that leaves is seen on our pending writes to it, one that stays holds its own
+   * socket.
    */
   checkStall(nowMs: number, timeoutMs: number): void {
     const upstream = this.upstream;
     if (this.state !== OPEN || upstream === undefined || this.clientEnded || this.upstreamEnded) return;
     const client = this.client;
-    if (upstream.isPaused() && !upstream.writableEnded) upstream.write(EMPTY);
+    const probe = this.listener.options.idleTimeoutMs === 0;
+    if (probe && upstream.isPaused() && !upstream.writableEnded) upstream.write(EMPTY);
     if (!client.isPaused()) {
       this.stallSinceMs = 0;
       return;
     }
-    const moved = client.bytesRead + upstream.bytesRead;
+    const moved = client.bytesRead + upstream.bytesRead + bytesTaken(upstream);
     if (this.stallSinceMs === 0 || moved !== this.stallMark) {
       this.stallSinceMs = nowMs;
       this.stallMark = moved;
@@ -358,7 +362,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
       this.abort('stalled');
       return;
     }
-    if (!client.writableEnded) client.write(EMPTY);
+    if (probe && !client.writableEnded) client.write(EMPTY);
   }
 
   /** Both sockets are gone: account once. */
@@ -409,9 +413,16 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   }
 }
 
+/** Bytes of ours the socket's kernel has taken: written, minus what still waits in Node and in libuv. */
+function bytesTaken(socket: net.Socket): number {
+  const handle = (socket as net.Socket & { _handle?: { writeQueueSize?: number } | null })._handle;
+  return socket.bytesWritten - socket.writableLength - (handle?.writeQueueSize ?? 0);
+}
+
 function registerUpstream(conn: TcpConnection, upstream: net.Socket): void {
   if (conn.upstream !== upstream || upstream.destroyed || conn.state === CLOSED) return;
-  conn.ownPort = conn.listener.ownTraffic.tcpOpened(conn, upstream);
+  const endpoint = conn.endpoint!;
+  conn.ownKey = conn.listener.ownTraffic.tcpOpened(conn, upstream, endpoint.ip, endpoint.port);
 }
 
 function connOf(socket: net.Socket): TcpConnection | undefined {
@@ -655,7 +666,12 @@ export class TcpListener implements KeepAliveSource, Sweepable {
     // Only a client on this host can be one of our own upstream sockets come back (a forwarding loop).
     if (this.ownTraffic.isLocal(conn.clientAddress)) {
       conn.tracked = true;
-      conn.passes = this.ownTraffic.tcpPasses(conn.clientAddress, conn.clientPort);
+      conn.passes = this.ownTraffic.tcpPasses(
+        conn.clientAddress,
+        conn.clientPort,
+        normalizeAddress(socket.localAddress),
+        socket.localPort ?? 0,
+      );
       if (conn.passes >= MAX_PASSES) {
         this.#refuseLoop(socket, conn, now);
         return;

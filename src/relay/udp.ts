@@ -97,8 +97,8 @@ class UdpSession implements ConnectionInfo, PassOwner {
   passes = 0;
   /** The client is on this host: the upstream socket is registered once connected. */
   tracked = false;
-  /** The registered local port of the upstream socket; 0 when none is. */
-  ownPort = 0;
+  /** The upstream socket's registration in OwnTraffic; '' when none. */
+  ownKey = '';
 
   constructor(
     listener: UdpListener,
@@ -159,7 +159,7 @@ class UdpSession implements ConnectionInfo, PassOwner {
     this.endMs = this.listener.now();
     this.queue = null;
     this.upstream.close();
-    if (this.ownPort !== 0) this.listener.ownTraffic.udpClosed(this, this.ownPort);
+    if (this.ownKey !== '') this.listener.ownTraffic.udpClosed(this, this.ownKey);
     this.listener.sessions.delete(this.key);
     this.listener.budget?.delete(this);
     const stats = this.context.stats;
@@ -204,8 +204,14 @@ function onUpstreamConnect(this: SessionSocket): void {
 function registerUpstream(session: UdpSession, socket: dgram.Socket): void {
   try {
     const { address, port } = socket.address();
-    session.listener.ownTraffic.udpOpened(session, address, port);
-    session.ownPort = port;
+    const endpoint = session.endpoint;
+    session.ownKey = session.listener.ownTraffic.udpOpened(
+      session,
+      address,
+      port,
+      endpoint.ip,
+      endpoint.port,
+    );
   } catch {
     // Not bound after all: nothing to register.
   }
@@ -366,7 +372,7 @@ export class UdpListener implements Sweepable {
     const clientAddress = normalizeAddress(rinfo.address);
     // Only a client on this host can be one of our own session sockets come back (a forwarding loop).
     const tracked = this.ownTraffic.isLocal(clientAddress);
-    const passes = tracked ? this.ownTraffic.udpPasses(clientAddress, rinfo.port) : 0;
+    const passes = tracked ? this.ownTraffic.udpPasses(clientAddress, rinfo.port, this.#port) : 0;
     if (passes >= MAX_PASSES) {
       this.#refuseLoop(clientAddress, rinfo.port, passes, now);
       return undefined;

@@ -16,6 +16,12 @@ import {
   totalHandler,
 } from './http-guard.ts';
 
+/**
+ * Per client address over every health check node port together: a cloud load balancer probes each
+ * Service with a Local policy from one address (Azure: 168.63.129.16), maybe on hundreds of ports at
+ * once; one pod still cannot fill the budget alone.
+ */
+const HEALTH_CHECK_CLIENT_LIMIT = 8 * PROBE_CLIENT_LIMIT;
 export type ServiceName = { readonly namespace: string; readonly name: string };
 
 /** A listening server; close() stops it and drops its connections. */
@@ -34,7 +40,7 @@ export type ServiceHealthServerOptions = {
   listen?: Listen;
   /**
    * The default listen's limits, over httpLimits()'s defaults and a per-client cap of
-   * PROBE_CLIENT_LIMIT; maxConnections counts every health check node port together.
+   * HEALTH_CHECK_CLIENT_LIMIT; maxConnections counts every health check node port together.
    */
   limits?: Partial<HttpLimits>;
   /** The default listen: an accept failed for lack of descriptors. */
@@ -77,7 +83,7 @@ export class ServiceHealthServer {
     this.#listen =
       options.listen ??
       limitedListen(
-        httpLimits(readFdLimits(), { maxConnectionsPerClient: PROBE_CLIENT_LIMIT, ...options.limits }),
+        httpLimits(readFdLimits(), { maxConnectionsPerClient: HEALTH_CHECK_CLIENT_LIMIT, ...options.limits }),
         options.log,
         options.onFdExhausted,
       );
