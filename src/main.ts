@@ -86,7 +86,10 @@ export async function main(argv: string[]): Promise<number> {
   const keepAlive = setInterval(() => {}, 1 << 30);
   const done = new Promise<number>((resolve) => {
     const stop = (signal: string) => {
-      if (stopping) return;
+      if (stopping) {
+        log.info({ signal }, 'Already shutting down; the drain goes on');
+        return;
+      }
       stopping = true;
       log.info({ signal }, 'Shutting down');
       server.close().then(
@@ -102,7 +105,8 @@ export async function main(argv: string[]): Promise<number> {
       );
     };
     // SIGHUP (a closed terminal, a supervisor's stop) drains like SIGTERM instead of killing the relays.
-    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.once(signal, () => stop(signal));
+    // `on`, not `once`: a second signal must not kill the relays the first one is draining.
+    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => stop(signal));
   });
   // The bin's first line already keeps SIGUSR1 from opening the inspector; this holds for any other caller
   // of main() too, and says so once.

@@ -27,7 +27,8 @@ import {
 } from './proxier/process-limits.ts';
 import { Proxier } from './proxier/proxier.ts';
 import { registerResourceMetrics } from './proxier/resource-metrics.ts';
-import { lockStateFile, resolveStateFile, StateFile, type StateFileLock } from './proxier/state-file.ts';
+import { resolveStateFile, StateFile } from './proxier/state-file.ts';
+import { lockStateFile, type StateFileLock } from './proxier/state-file-lock.ts';
 import { SyncLoop } from './proxier/sync-loop.ts';
 import { DEFAULT_TCP_OPTIONS } from './relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS } from './relay/udp.ts';
@@ -87,6 +88,7 @@ export class ProxyServer {
   readonly #needsNetAdmin: boolean;
   #stateFile: StateFile | undefined;
   #stateFileLock: StateFileLock | undefined;
+  #stateFilePath: string | undefined;
   /** Active and recently closed connections, and the live trace stream (--trace). */
   readonly connections: ConnectionTable;
   readonly tracer: Tracer;
@@ -301,6 +303,12 @@ export class ProxyServer {
    */
   #parts(): Part[] {
     const parts: Part[] = [];
+    // First: a second proxy on the same state file stops here, before it binds or writes anything.
+    parts.push({
+      name: 'state file lock',
+      start: () => this.#lockStateFile(),
+      close: async () => this.#stateFileLock?.release(),
+    });
     const shell = this.#shellRun;
     // The shell is started while this process is small (its own start is a fork of this process).
     if (shell !== undefined)
@@ -336,11 +344,8 @@ export class ProxyServer {
       {
         name: 'proxy ports',
         start: () => this.#loadPreferredPorts(),
-        // After the listeners closed: what the next process reads back; then the file is free.
-        close: async () => {
-          await this.#stateFile?.flush();
-          await this.#stateFileLock?.release();
-        },
+        // After the listeners closed: what the next process reads back.
+        close: async () => this.#stateFile?.flush(),
       },
       {
         name: 'service port listeners',
@@ -414,9 +419,8 @@ export class ProxyServer {
       }
     }
     // It also covers --no-iptables, where there are no rules.
-    const stateFile = await resolveStateFile(this.config.stateFile);
+    const stateFile = this.#stateFilePath;
     if (stateFile !== undefined) {
-      this.#stateFileLock = await lockStateFile(stateFile);
       this.#stateFile = new StateFile(stateFile, this.log.child({ component: 'state-file' }));
       const ports = await this.#stateFile.load();
       for (const [key, port] of ports) this.#preferredPorts.set(key, port);
@@ -425,6 +429,12 @@ export class ProxyServer {
         'Reusing the proxy ports of the state file',
       );
     }
+  }
+
+  /** Resolves the state file and takes it for this process (state-file-lock.ts). */
+  async #lockStateFile(): Promise<void> {
+    this.#stateFilePath = await resolveStateFile(this.config.stateFile);
+    if (this.#stateFilePath !== undefined) this.#stateFileLock = await lockStateFile(this.#stateFilePath);
   }
 
   async #startSource(): Promise<void> {

@@ -2,13 +2,10 @@
 // `ns/name:port/PROTO` → proxy port, read at start and rewritten atomically (temp file, fsync, rename,
 // fsync of the directory) after syncs that opened or closed listeners. A missing file is a first start;
 // a corrupt one is logged and ignored: the worst it can cost is new proxy ports.
-import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
 import { access, mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
-import net from 'node:net';
-import { dirname, resolve } from 'node:path';
+import { dirname } from 'node:path';
 import { DEFAULT_STATE_FILE } from '../config/config.ts';
-import { ProxyError } from '../lib/errors.ts';
 import type { Logger } from '../lib/log.ts';
 
 /** Larger than any real assignment (a few MB for 65535 service ports), small enough to read at once. */
@@ -163,68 +160,4 @@ async function writeAtomically(path: string, text: string): Promise<void> {
   } finally {
     await dir.close();
   }
-}
-
-/** A held state file: released by `release()` or by the process's end, whichever comes first. */
-export type StateFileLock = { release(): Promise<void> };
-
-/**
- * Takes the state file for this process, or throws KUP_ERR_STATE_FILE_LOCKED naming the process that
- * holds it. Two proxies on one file (a second DaemonSet, a manual run beside the pod) would otherwise
- * split the proxy ports between them and overwrite each other's file.
- *
- * The lock is an abstract Unix socket named after the file's absolute path: the kernel frees it when the
- * holder exits however it exits (no stale lock file, no pid reused by another container), and its scope
- * is the network namespace, which is where two proxies' ports would collide. The holder answers each
- * connection with its pid, so the error can say who holds it.
- */
-export async function lockStateFile(path: string): Promise<StateFileLock> {
-  const name = `\0kube-userspace-proxy/state/${createHash('sha256').update(resolve(path)).digest('hex').slice(0, 40)}`;
-  for (let attempt = 0; ; attempt++) {
-    // Whoever connects gets the pid and is closed at once (a client that never closes its side must not
-    // hold our descriptors); a few at a time.
-    const server = net.createServer((socket) => {
-      socket.on('error', () => {});
-      socket.end(`${process.pid}\n`, () => socket.destroy());
-    });
-    server.maxConnections = 8;
-    try {
-      await new Promise<void>((ok, fail) => {
-        server.once('error', fail);
-        server.listen({ path: name }, () => {
-          server.off('error', fail);
-          ok();
-        });
-      });
-      server.unref();
-      return { release: () => new Promise<void>((done) => server.close(() => done())) };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
-      const holder = await askHolder(name);
-      // Nobody answers: the holder was exiting; its name is free a moment later.
-      if (holder === undefined && attempt < 3) {
-        await new Promise((r) => setTimeout(r, 100));
-        continue;
-      }
-      throw new ProxyError(
-        'KUP_ERR_STATE_FILE_LOCKED',
-        `another proxy${holder === undefined ? '' : ` (pid ${holder})`} uses the state file ${path} on this host; stop it, or give this one its own --state-file`,
-      );
-    }
-  }
-}
-
-/** The pid the holder of `name` answers with; undefined when nobody answers within a second. */
-function askHolder(name: string): Promise<string | undefined> {
-  return new Promise((done) => {
-    const socket = net.connect({ path: name });
-    let text = '';
-    socket.setEncoding('utf8');
-    socket.setTimeout(1000, () => socket.destroy());
-    socket.on('data', (chunk) => {
-      text += chunk;
-    });
-    socket.on('close', () => done(/^\d+\n$/.test(text) ? text.trim() : undefined));
-    socket.on('error', () => {});
-  });
 }

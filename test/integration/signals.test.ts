@@ -23,11 +23,21 @@ type Proxy = {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 };
 
-/** A backend on 127.0.0.1 that answers `pong` `delayMs` after it reads anything, then closes. */
-async function slowBackend(t: TestContext, delayMs: number): Promise<number> {
+/**
+ * A backend on 127.0.0.1 that answers `pong` `delayMs` after it reads anything, then closes; `onRequest`
+ * runs when it reads (the request went through the proxy).
+ */
+async function slowBackend(
+  t: TestContext,
+  delayMs: number,
+  onRequest: () => void = () => {},
+): Promise<number> {
   const server = net.createServer((socket) => {
     socket.on('error', () => {});
-    socket.once('data', () => setTimeout(() => socket.end('pong'), delayMs));
+    socket.once('data', () => {
+      onRequest();
+      setTimeout(() => socket.end('pong'), delayMs);
+    });
   });
   await new Promise<void>((resolve) => server.listen({ host: '127.0.0.1', port: 0 }, resolve));
   t.after(() => new Promise((resolve) => server.close(resolve)));
@@ -133,11 +143,15 @@ test('KUP_INSPECTOR_SIGNAL=1 (the benchmark’s switch) lets SIGUSR1 open the in
   assert.deepEqual(await proxy.exited, { code: 0, signal: null });
 });
 
-test('SIGHUP drains like SIGTERM: a request in flight gets its answer, exit 0', async (t) => {
-  const backend = await slowBackend(t, 400);
-  const proxy = await startProxy(t, backend);
-  const answer = exchange(proxy.proxyPort, () => setTimeout(() => proxy.child.kill('SIGHUP'), 100));
-  assert.equal(await answer, 'pong');
+test('SIGHUP drains like SIGTERM, also when sent twice: a request in flight gets its answer, exit 0', async (t) => {
+  let proxy: Proxy | undefined;
+  // SIGHUP once the request is through the proxy, then again: the second one must not cut the drain.
+  const backend = await slowBackend(t, 400, () => {
+    proxy?.child.kill('SIGHUP');
+    setTimeout(() => proxy?.child.kill('SIGHUP'), 100);
+  });
+  proxy = await startProxy(t, backend);
+  assert.equal(await exchange(proxy.proxyPort), 'pong');
   assert.deepEqual(await proxy.exited, { code: 0, signal: null });
   assert.match(proxy.stdout(), /"signal":"SIGHUP".*Shutting down/);
 });

@@ -1,8 +1,9 @@
 // The proxy-port assignment survives a restart through --state-file, also with --no-iptables (no rules
 // to read it back from); a corrupt file costs nothing but new ports; two proxies never share one file.
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { spawn } from 'node:child_process';
+import { lstat, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
@@ -109,17 +110,20 @@ test('--state-file: a second proxy on the same file refuses to start, naming the
       manifest: first.file,
       iptables: false,
       hostnameOverride: 'node-1',
-      healthzBindAddress: '',
+      // The first one's health port, with hard-fail: the lock is taken before any server binds.
+      healthzBindAddress: `127.0.0.1:${first.server.healthServer!.port}`,
+      bindAddressHardFail: true,
       metricsBindAddress: '',
       stateFile,
     },
     { log: silentLogger() },
   );
+  assert.ok((await lstat(`${stateFile}.lock`)).isSocket(), 'the lock is a socket beside the file');
   await assert.rejects(second.start(), (err: Error & { code?: string }) => {
-    assert.equal(err.code, 'KUP_ERR_STATE_FILE_LOCKED');
+    assert.equal(err.code, 'KUP_ERR_STATE_FILE_LOCKED', err.message);
     assert.match(
       err.message,
-      new RegExp(`another proxy \\(pid ${process.pid}\\) uses the state file ${stateFile}`),
+      new RegExp(`another proxy \\(pid ${process.pid} on ${hostname()}\\) uses the state file ${stateFile}`),
     );
     return true;
   });
@@ -130,8 +134,29 @@ test('--state-file: a second proxy on the same file refuses to start, naming the
   // Released at close: the next proxy takes the file and its ports.
   const before = Object.fromEntries(KEYS.map((k) => [k, first.proxyPort(k)]));
   await first.close();
+  await assert.rejects(lstat(`${stateFile}.lock`), { code: 'ENOENT' });
   const third = await startManifestProxy(objects(backend.port), { stateFile });
   t.after(() => third.close());
   await waitFor(() => KEYS.every((k) => third.proxyPort(k) !== undefined), 5000, 'the service ports again');
   assert.deepEqual(Object.fromEntries(KEYS.map((k) => [k, third.proxyPort(k)])), before);
+});
+
+test('--state-file: the lock socket a killed proxy left behind does not keep the next one from starting', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'kup-statefile-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const stateFile = join(dir, 'state.json');
+  // A process that takes the lock and dies by SIGKILL: its socket stays, nobody answers on it.
+  const lockModule = new URL('../../src/proxier/state-file-lock.ts', import.meta.url).href;
+  const child = spawn(process.execPath, [
+    '--input-type=module',
+    '-e',
+    `import { lockStateFile } from ${JSON.stringify(lockModule)};
+     await lockStateFile(${JSON.stringify(stateFile)}); process.kill(process.pid, 'SIGKILL');`,
+  ]);
+  await new Promise((resolve) => child.on('exit', resolve));
+  assert.equal(child.signalCode, 'SIGKILL');
+  assert.ok((await lstat(`${stateFile}.lock`)).isSocket(), 'a stale lock socket');
+  const proxy = await startManifestProxy(objects(1), { stateFile });
+  t.after(() => proxy.close());
+  assert.ok((await lstat(`${stateFile}.lock`)).isSocket());
 });
