@@ -136,37 +136,10 @@ export class OwnListenersBuilder {
   }
 }
 
-/** One running service port as the guard needs it. */
-export type OwnServicePort = { readonly servicePort: ServicePort; readonly proxyPorts: readonly number[] };
-
-/** The picture of `servicePorts` at once (see OwnListenersBuilder). */
-export function ownListenersOf(
-  servicePorts: Iterable<OwnServicePort>,
-  options: OwnListenersOptions,
-): OwnListeners {
-  const builder = new OwnListenersBuilder(NO_LISTENERS, options);
-  for (const { servicePort, proxyPorts } of servicePorts) builder.add(servicePort, proxyPorts);
-  return builder.build().own;
-}
-
 function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
   if (a.size !== b.size) return false;
   for (const v of a) if (!b.has(v)) return false;
   return true;
-}
-
-/** True when the two pictures refuse the same endpoints. */
-export function sameOwnListeners(a: OwnListeners, b: OwnListeners): boolean {
-  return (
-    a.bindHost === b.bindHost &&
-    sameSet(a.localAddresses, b.localAddresses) &&
-    sameSet(a.proxyPorts.TCP, b.proxyPorts.TCP) &&
-    sameSet(a.proxyPorts.UDP, b.proxyPorts.UDP) &&
-    sameSet(a.nodePorts.TCP, b.nodePorts.TCP) &&
-    sameSet(a.nodePorts.UDP, b.nodePorts.UDP) &&
-    sameSet(a.portals.TCP, b.portals.TCP) &&
-    sameSet(a.portals.UDP, b.portals.UDP)
-  );
 }
 
 /** Warnings remembered (service port, endpoint); past it they are forgotten and may be given again. */
@@ -184,13 +157,6 @@ export class LoopGuard {
 
   get own(): OwnListeners {
     return this.#own;
-  }
-
-  /** Takes a new picture; true when it refuses other endpoints than the last one (lists to filter again). */
-  update(own: OwnListeners): boolean {
-    if (sameOwnListeners(this.#own, own)) return false;
-    this.#own = own;
-    return true;
   }
 
   /** Takes a picture built against the current one (OwnListenersBuilder), already compared. */

@@ -56,12 +56,9 @@ export function udpSessionCap(configured: number, limits: FdLimits | undefined):
   return Math.min(65_536, Math.max(1024, Math.floor(soft / 2)));
 }
 
-/** The --max-connections-per-service default: derived from the descriptor limit. */
-export const AUTO_CONNECTION_CAP = -1;
-
 /**
  * The cap on concurrent TCP connections per service port: `configured` when given (0 = none); by
- * default (AUTO_CONNECTION_CAP) an eighth of the soft descriptor limit, at least 64. A connection takes
+ * default (-1, which no flag value can be) an eighth of the soft descriptor limit, at least 64. A connection takes
  * two descriptors, so the clients of one service port can hold at most a quarter of them and never
  * starve the others. No cap when the limit is unlimited.
  */
