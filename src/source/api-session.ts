@@ -8,9 +8,11 @@ import { delimiter, join } from 'node:path';
 import { HttpMethod, KubeConfig, RequestContext } from '@kubernetes/client-node';
 import { Agent, type Dispatcher, fetch, type Response } from 'undici';
 import { ProxyError } from '../lib/errors.ts';
+import { jsonSafe } from '../lib/printable.ts';
 import { readYaml } from '../lib/safe-yaml.ts';
 import { linePosition } from '../lib/text-position.ts';
 import { VERSION } from '../lib/version.ts';
+import { JsonValueCounter } from './json-values.ts';
 
 /**
  * Loads the kubeconfig as kube-proxy does: the `--kubeconfig` file, else KUBECONFIG, ~/.kube/config or
@@ -197,36 +199,42 @@ export async function notJsonError(res: Response, url: URL): Promise<ProxyError>
   );
 }
 
+/** What readJson reads of one body at most, and the error it fails with past it. */
+export type BodyBounds = {
+  maxBytes: number;
+  /** Values the body may begin (JsonValueCounter), counted as it is read, before it is parsed. */
+  maxValues: number;
+  /** The error for a body past `maxBytes` ('bytes') or `maxValues` ('values'). */
+  exceeded: (bound: 'bytes' | 'values') => Error;
+};
+
 /**
- * The body as JSON, touching the watchdog for every chunk (a large list takes a while). A body over
- * `maxBytes` fails with `tooLarge()` and is not read further; one that is not JSON or does not parse fails
- * with KUP_ERR_API_RESPONSE naming the URL.
+ * The body as JSON, touching the watchdog for every chunk (a large list takes a while). A body past a
+ * bound fails with `bounds.exceeded()` and is not read further, nor parsed; one that is not JSON or does
+ * not parse fails with KUP_ERR_API_RESPONSE naming the URL.
  */
 export async function readJson(
   res: Response,
   url: URL,
-  maxBytes: number,
+  bounds: BodyBounds,
   touch: () => void,
-  tooLarge: () => Error = () =>
-    new ProxyError(
-      'KUP_ERR_API_RESPONSE',
-      `GET ${describeUrl(url)}: a body over ${maxBytes} bytes, not read further`,
-    ),
 ): Promise<{ value: unknown; bytes: number }> {
   if (!isJsonAnswer(res)) throw await notJsonError(res, url);
   const declared = Number(res.headers.get('content-length') ?? Number.NaN);
-  if (declared > maxBytes) {
+  if (declared > bounds.maxBytes) {
     await res.body?.cancel().catch(() => {});
-    throw tooLarge();
+    throw bounds.exceeded('bytes');
   }
   if (res.body === null) return { value: undefined, bytes: 0 };
   const chunks: Uint8Array[] = [];
+  const values = new JsonValueCounter();
   let bytes = 0;
   for await (const chunk of res.body) {
     touch();
     bytes += chunk.byteLength;
     // Leaving the loop cancels the body: the connection is dropped, nothing more is read.
-    if (bytes > maxBytes) throw tooLarge();
+    if (bytes > bounds.maxBytes) throw bounds.exceeded('bytes');
+    if (values.push(chunk) >= bounds.maxValues) throw bounds.exceeded('values');
     chunks.push(chunk);
   }
   try {
@@ -256,13 +264,12 @@ function contentType(res: Response): string {
   return truncate(res.headers.get('content-type') ?? 'no content type', 100);
 }
 
-/** The start of a text for a log line: whitespace runs as one space, quoted (control characters escaped). */
-function snippet(text: string): string {
-  // JSON.stringify escapes C0 controls; DEL and C1 controls are escaped too, for terminals.
-  return JSON.stringify(truncate(text.replace(/\s+/g, ' ').trim())).replace(
-    /[\u007f-\u009f]/g,
-    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
-  );
+/**
+ * The start of a text for a log line: whitespace runs as one space, quoted, with every control, bidi and
+ * line-breaking character escaped (jsonSafe).
+ */
+export function snippet(text: string): string {
+  return jsonSafe(JSON.stringify(truncate(text.replace(/\s+/g, ' ').trim())));
 }
 
 /** A JSON object (not null, not an array). */

@@ -1,9 +1,17 @@
 // One complete list of a collection, page by page (client-go's pager): follows continue tokens within the
-// bounds (pages, objects, bytes), and starts over in one piece once when a token expires. Knows nothing of
-// what the objects mean.
+// bounds (pages, objects, bytes of the list and of each page), and starts over once, paged, from a fresh
+// snapshot when a token expires. Knows nothing of what the objects mean.
 import { ProxyError } from '../lib/errors.ts';
 import type { Limits } from './api-limits.ts';
-import { apiError, describeUrl, get, isRecord, readJson, type Session } from './api-session.ts';
+import {
+  apiError,
+  type BodyBounds,
+  describeUrl,
+  get,
+  isRecord,
+  readJson,
+  type Session,
+} from './api-session.ts';
 
 export type ListRequest = {
   path: string;
@@ -30,7 +38,7 @@ export async function listAll(
   const { path, labelSelector, fieldSelector } = request;
   const items: unknown[] = [];
   let bytes = 0;
-  let limit = request.pageSize;
+  const limit = request.pageSize;
   let next: string | undefined;
   let restarted = false;
   for (let page = 1; ; page++) {
@@ -42,19 +50,17 @@ export async function listAll(
     const res = await get(session, url, signal);
     touch();
     if (res.status === 410 && next !== undefined && !restarted) {
-      // The continue token expired mid-list: start over in one piece, as client-go's pager does (once).
+      // The continue token expired mid-list: start over (once). client-go's pager asks for the rest in
+      // one piece; a fresh paged list is as consistent (a new snapshot) and keeps every page bounded.
       await res.body?.cancel();
       restarted = true;
       items.length = 0;
       bytes = 0;
       next = undefined;
-      limit = 0;
       continue;
     }
     if (res.status !== 200) throw await apiError(res, url);
-    const body = await readJson(res, url, limits.maxListBytes - bytes, touch, () =>
-      bound(`more than ${limits.maxListBytes} bytes (maxListBytes) by page ${page}`),
-    );
+    const body = await readJson(res, url, pageBounds(limits, bytes, page, bound), touch);
     bytes += body.bytes;
     const list = body.value;
     if (!isRecord(list) || !Array.isArray(list.items)) throw bound('not a list (no items array)');
@@ -70,4 +76,28 @@ export async function listAll(
     if (token === next) throw bound('the same continue token twice (the list does not advance)');
     next = token;
   }
+}
+
+/**
+ * What page `page` may hold, `listed` bytes into the list: the page bound or what is left of the list's,
+ * whichever is less, and the error that names the one it passes.
+ */
+export function pageBounds(
+  limits: Limits,
+  listed: number,
+  page: number,
+  bound: (what: string) => Error,
+): BodyBounds {
+  const left = limits.maxListBytes - listed;
+  const pageBound = limits.maxPageBytes <= left;
+  return {
+    maxBytes: pageBound ? limits.maxPageBytes : left,
+    maxValues: limits.maxPageValues,
+    exceeded: (what) =>
+      what === 'values'
+        ? bound(`page ${page} holds more than ${limits.maxPageValues} values (maxPageValues), not parsed`)
+        : pageBound
+          ? bound(`page ${page} is over ${limits.maxPageBytes} bytes (maxPageBytes), not parsed`)
+          : bound(`more than ${limits.maxListBytes} bytes (maxListBytes) by page ${page}`),
+  };
 }

@@ -26,8 +26,6 @@ import { LogLimiter } from './log-limiter.ts';
 import type { ObjectMeta } from './objects.ts';
 import { LineSplitter } from './watch-lines.ts';
 
-export { backoffDelay } from './backoff.ts';
-
 /** What a reflector reads of any object. */
 export type ApiObject = { apiVersion?: string; kind?: string; metadata?: ObjectMeta };
 
@@ -331,6 +329,15 @@ export class Reflector {
     if (obj === undefined) return 'unusable';
     const key = keyOf(obj);
     const old = this.#cache.get(key);
+    if (type !== 'DELETED' && old === undefined && this.#cache.size >= this.#limits.maxListItems) {
+      // A list holds at most maxListItems; so does what the watch makes of it. Relisting (with backoff:
+      // this is a failure) reconciles, or fails at the list's own bound if the collection is that large.
+      this.#rv = undefined;
+      throw new ProxyError(
+        'KUP_ERR_API_RESPONSE',
+        `GET ${where}: the watch would hold more than ${this.#limits.maxListItems} objects (maxListItems); the watch is dropped and relisted`,
+      );
+    }
     if (type === 'DELETED') {
       this.#cache.delete(key);
       this.#emit('delete', obj);

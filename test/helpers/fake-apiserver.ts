@@ -60,6 +60,10 @@ export type HostileMode =
   | 'endless-body'
   /** Watches: 200 and one line that never ends. */
   | 'endless-line'
+  /** Lists: 200 and one page (no continue token) of `item` repeated to `bytes`, then the list's end. */
+  | 'huge-page'
+  /** Watches: 200 and ADDED events, each for an object with a new name, without end. */
+  | 'endless-adds'
   /** Watches: 200, an ERROR 410 event and the end, whatever the resourceVersion (lists succeed). */
   | 'gone-storm'
   /** Watches: 200 and events of unknown types, without end. */
@@ -72,6 +76,10 @@ export type HostileOptions = {
   path?: string;
   /** The HTTP status of `html` answers (default 200). */
   status?: number;
+  /** The size of a `huge-page` answer, in bytes (default 40 MiB). */
+  bytes?: number;
+  /** The JSON of each item of a `huge-page` answer (default a small object with a new name each). */
+  item?: string;
 };
 
 /** What one hostile answer may write at most, so that every test loop ends. */
@@ -496,6 +504,35 @@ export class FakeApiServer {
       });
       return true;
     }
+    if (mode === 'huge-page' && verb === 'list') {
+      const head = `{"kind":"${resource.kind}List","apiVersion":"${resource.apiVersion}","metadata":{"resourceVersion":"${rv}"},"items":[`;
+      let n = 0;
+      const batch = () => {
+        const items: string[] = [];
+        for (let i = 0; i < 500; i++) items.push(`${options.item ?? item(n++)},`);
+        return items.join('');
+      };
+      const last = options.item ?? item(n);
+      this.#pump(res, head, batch, { bytes: options.bytes ?? 40 * 1024 ** 2, tail: `${last}]}` });
+      return true;
+    }
+    if (mode === 'endless-adds' && verb === 'watch') {
+      let n = 0;
+      this.#pump(res, '', () => {
+        const lines: string[] = [];
+        for (let i = 0; i < 100; i++) {
+          const name = `hostile-${n++}`;
+          const object: ApiObject =
+            resource.kind === 'Service'
+              ? makeService('default', name)
+              : { metadata: { name, namespace: 'default' } };
+          object.metadata = { ...object.metadata, resourceVersion: rv };
+          lines.push(`${JSON.stringify({ type: 'ADDED', object })}\n`);
+        }
+        return lines.join('');
+      });
+      return true;
+    }
     if (mode === 'endless-line' && verb === 'watch') {
       const filler = 'a'.repeat(64 * 1024);
       this.#pump(res, '{"type":"ADDED","object":{"metadata":{"name":"', () => filler);
@@ -518,8 +555,16 @@ export class FakeApiServer {
     return false;
   }
 
-  /** 200 and `head`, then `next()` as fast as the client reads, until it leaves or a bound is hit. */
-  #pump(res: ServerResponse, head: string, next: () => string): void {
+  /**
+   * 200 and `head`, then `next()` as fast as the client reads, until it leaves or a bound is hit; with
+   * `until`, ends with its `tail` once `until.bytes` are sent.
+   */
+  #pump(
+    res: ServerResponse,
+    head: string,
+    next: () => string,
+    until?: { bytes: number; tail: string },
+  ): void {
     const started = Date.now();
     let sent = 0;
     this.#hostileAnswers.add(res);
@@ -533,6 +578,11 @@ export class FakeApiServer {
     const fill = (): void => {
       for (;;) {
         if (res.writableEnded || res.destroyed) return;
+        if (until !== undefined && sent >= until.bytes) {
+          res.end(until.tail);
+          this.#hostileBytes += until.tail.length;
+          return;
+        }
         if (sent >= HOSTILE_MAX_BYTES || Date.now() - started >= HOSTILE_MAX_MS) {
           res.end();
           return;

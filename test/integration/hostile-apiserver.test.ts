@@ -1,6 +1,6 @@
 // The Kubernetes source against a hostile or broken API server (the stand-in's hostile modes): endless
-// continue tokens, a list body that never ends, a watch line that never ends, a 410 storm, a flood of
-// unknown event types, HTML pages and TLS mismatches. Each must cost bounded memory and time, be logged
+// continue tokens, a list body that never ends, one huge or dense page, a watch line that never ends, a
+// watch of endless new objects, a 410 storm, a flood of unknown event types, HTML pages and TLS mismatches. Each must cost bounded memory and time, be logged
 // once per retry (or rate-limited) with the URL, leave what was listed in place, and recover when the
 // server does. The last tests run the whole proxy (the stand-in in its own process) and relay traffic
 // through each watch mode, measuring request latency and event-loop delay.
@@ -16,7 +16,7 @@ import type { Config } from '../../src/config/config.ts';
 import { DEFAULT_CONFIG } from '../../src/config/config.ts';
 import { createLogger } from '../../src/lib/log.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';
-import type { Limits } from '../../src/source/api-limits.ts';
+import { DEFAULT_LIMITS, type Limits } from '../../src/source/api-limits.ts';
 import { KubernetesSource } from '../../src/source/kubernetes.ts';
 import { makeEndpointSlice, makeService, startFakeApiServer } from '../helpers/fake-apiserver.ts';
 import { startFakeApiServerProcess } from '../helpers/fake-apiserver-process.ts';
@@ -37,6 +37,7 @@ const SERVICES = '/api/v1/services';
 const MiB = 1024 * 1024;
 /** Small bounds so that each is reached in well under a second on loopback. */
 const LIMITS: Limits = {
+  ...DEFAULT_LIMITS,
   maxLineBytes: 1 * MiB,
   maxListBytes: 4 * MiB,
   maxListItems: 10_000,
@@ -174,6 +175,112 @@ test('a list body that never ends: read up to maxListBytes, then dropped and ret
   server.hostile(null);
   server.create(makeService('default', 'after'));
   await converged(h, server);
+});
+
+for (const c of [
+  {
+    name: 'a 40 MiB page (the default maxPageBytes, 32 MiB)',
+    // 200, then `{"items":[` and items with a 4 KiB annotation to 40 MiB, then `]}`.
+    options: {
+      bytes: 40 * MiB,
+      item: `{"metadata":{"name":"big","annotations":{"note":"${'x'.repeat(4096)}"}}}`,
+    },
+    want: new RegExp(`: page 1 is over ${32 * MiB} bytes \\(maxPageBytes\\), not parsed`),
+  },
+  {
+    name: 'a dense 8 MiB page of empty objects (the default maxPageValues, 2 M)',
+    // 200, then `{"items":[{},{},{},…` to 8 MiB: 2.8 M objects, 3 bytes each.
+    options: { bytes: 8 * MiB, item: '{}' },
+    want: /: page 1 holds more than 2000000 values \(maxPageValues\), not parsed/,
+  },
+]) {
+  test(`one page that would cost seconds to parse: ${c.name} is refused unparsed, with the URL`, async (t) => {
+    const { server, h, log } = await hostileSetup(t, {
+      ...LIMITS,
+      maxListBytes: DEFAULT_LIMITS.maxListBytes,
+    });
+    const from = h.events.length;
+    let grownMiB = 0;
+    let failures = 0;
+    const maxDelayMs = await loopDelayDuring(async () => {
+      grownMiB = await memoryGrowthDuring(async () => {
+        server.hostile('huge-page', { path: SERVICES, ...c.options });
+        server.expireHistory();
+        server.closeWatches();
+        const failed = await log.waitFor((l) => failedFor('Service')(l) && l.during === 'list', 10_000);
+        assert.equal(errOf(failed).code, 'KUP_ERR_API_RESPONSE');
+        assert.match(errOf(failed).message, new RegExp(`^GET ${server.url}${SERVICES}: `));
+        assert.match(errOf(failed).message, c.want);
+        // Meanwhile the other resources flow.
+        server.create(makeEndpointSlice('default', 'during', 'web', ['10.244.7.7']));
+        await h.waitFor((s) => s.key === 'default/during', 2000);
+        await sleep(1000);
+      });
+      failures = log.lines.filter(failedFor('Service')).length;
+    });
+    t.diagnostic(
+      `${failures} failures, ${(server.hostileBytes / MiB).toFixed(1)} MiB sent, loop delay max ${maxDelayMs.toFixed(0)} ms, memory grew ${grownMiB.toFixed(0)} MiB at most`,
+    );
+    // Before: parsed whole (40 MiB of objects 0.4 s; 8 MiB of `{}` 1 s and ~0.3 GB), then refused.
+    assert.ok(maxDelayMs < 250, `event loop held for ${maxDelayMs.toFixed(0)} ms`);
+    assert.ok(grownMiB < 150, `memory grew ${grownMiB.toFixed(0)} MiB`);
+    assert.ok(failures >= 2 && failures <= 8, `${failures} failures in ~1 s`);
+    nothingLost(h, from);
+    server.hostile(null);
+    server.create(makeService('default', 'after'));
+    await converged(h, server);
+  });
+}
+
+test('a watch of endless new objects: the cache stops at maxListItems, the watch is dropped and relisted with backoff', async (t) => {
+  const maxListItems = 50;
+  const { server, h, log } = await hostileSetup(t, { ...LIMITS, maxListItems });
+  const mark = server.requests.length;
+  const logMark = log.lines.length;
+  let grownMiB = 0;
+  const maxDelayMs = await loopDelayDuring(async () => {
+    grownMiB = await memoryGrowthDuring(async () => {
+      // `{"type":"ADDED","object":{"kind":"Service",…,"metadata":{"name":"hostile-N",…}}}`, N = 0, 1, 2, …
+      server.hostile('endless-adds', { path: SERVICES });
+      server.closeWatches();
+      const failed = await log.waitFor((l) => failedFor('Service')(l) && l.during === 'watch', 10_000);
+      assert.equal(errOf(failed).code, 'KUP_ERR_API_RESPONSE');
+      assert.match(
+        errOf(failed).message,
+        new RegExp(
+          `^GET ${server.url}${SERVICES}: the watch would hold more than 50 objects \\(maxListItems\\); the watch is dropped and relisted`,
+        ),
+      );
+      server.create(makeEndpointSlice('default', 'during', 'web', ['10.244.7.7']));
+      await h.waitFor((s) => s.key === 'default/during', 2000);
+      await sleep(1000);
+    });
+  });
+  // The most Services the handlers ever held: replay their adds and deletes.
+  let held = 0;
+  let most = 0;
+  for (const e of h.events.filter((e) => e.kind === 'Service')) {
+    held += e.op === 'add' ? 1 : e.op === 'delete' ? -1 : 0;
+    most = Math.max(most, held);
+  }
+  const failures = log.lines.slice(logMark).filter(failedFor('Service')).length;
+  const relists = listsOf(server, SERVICES, mark).length;
+  t.diagnostic(
+    `${failures} watches dropped, ${relists} relists, at most ${most} Services held, ${(server.hostileBytes / MiB).toFixed(1)} MiB sent, loop delay max ${maxDelayMs.toFixed(0)} ms, memory grew ${grownMiB.toFixed(0)} MiB at most`,
+  );
+  // Before: every new name was cached and handed on, as many as the server cared to send.
+  assert.equal(most, maxListItems);
+  assert.ok(failures >= 2 && failures <= 8, `${failures} watches dropped in ~1 s`);
+  assert.ok(relists >= failures - 1, `${relists} relists for ${failures} drops`);
+  assert.ok(maxDelayMs < 250, `event loop held for ${maxDelayMs.toFixed(0)} ms`);
+  server.hostile(null);
+  server.create(makeService('default', 'after'));
+  await converged(h, server);
+  assert.deepEqual([...h.objects.Service.keys()].sort(), [
+    'default/after',
+    'default/web',
+    'kube-system/kube-dns',
+  ]);
 });
 
 test('a watch line that never ends: dropped at maxLineBytes, re-watched with backoff; the loop never stalls', async (t) => {

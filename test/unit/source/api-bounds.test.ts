@@ -1,8 +1,13 @@
 // The pure pieces that bound what the API server can cost us: the backoff manager (a quiet period, not a
-// success, starts the count over), the watch line splitter (linear, bounded), the warning rate limit.
+// success, starts the count over), the watch line splitter (linear, bounded), the warning rate limit, the
+// value count of a page before it is parsed, which bound a page passes, and snippets safe to print.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { DEFAULT_LIMITS } from '../../../src/source/api-limits.ts';
+import { snippet } from '../../../src/source/api-session.ts';
 import { Backoff, backoffDelay } from '../../../src/source/backoff.ts';
+import { JsonValueCounter } from '../../../src/source/json-values.ts';
+import { pageBounds } from '../../../src/source/list-pager.ts';
 import { LogLimiter } from '../../../src/source/log-limiter.ts';
 import { LineSplitter } from '../../../src/source/watch-lines.ts';
 
@@ -42,6 +47,10 @@ test('backoffDelay: doubles from initial, capped, jittered down by up to half', 
     backoffDelay(3, b, () => 1),
     200,
   );
+  for (let i = 0; i < 100; i++) {
+    const d = backoffDelay(3, b);
+    assert.ok(d >= 200 && d <= 400, `${d}`);
+  }
 });
 
 const split = (max: number, chunks: (string | Uint8Array)[]) => {
@@ -121,4 +130,80 @@ test('LogLimiter: burst per window and message, then the count of what was left 
     [5000, 'a', 1],
   ];
   for (const [nowMs, msg, want] of script) assert.equal(l.admit(msg, nowMs), want, `${msg} at ${nowMs}`);
+});
+
+const counted = [
+  { name: 'empty object', chunks: ['{}'], want: 1 },
+  { name: 'a page of empty objects', chunks: ['{"items":[{},{},{}]}'], want: 7 },
+  { name: 'numbers', chunks: ['[0,1,2]'], want: 3 },
+  { name: 'commas and braces inside strings', chunks: ['{"a":"{[,,,]}"}'], want: 1 },
+  { name: 'an escaped quote does not end the string', chunks: ['["a\\",{[", 1]'], want: 2 },
+  { name: 'an escaped backslash does', chunks: ['["a\\\\",{}]'], want: 3 },
+  { name: 'a string cut by a chunk boundary', chunks: ['["a,b', ',c",', '{}]'], want: 3 },
+  { name: 'an escape cut by a chunk boundary', chunks: ['["a\\', '",{"]'], want: 1 },
+];
+for (const c of counted) {
+  test(`JsonValueCounter: ${c.name}`, () => {
+    const v = new JsonValueCounter();
+    for (const chunk of c.chunks) v.push(Buffer.from(chunk));
+    assert.equal(v.count, c.want);
+  });
+}
+
+test('JsonValueCounter: real objects hold a value per 12 bytes or more; `{},` one per 1.5', () => {
+  const endpoint = {
+    addresses: ['10.244.1.23'],
+    conditions: { ready: true, serving: true, terminating: false },
+    nodeName: 'node-123',
+    targetRef: { kind: 'Pod', namespace: 'default', name: 'web-7d4b9c8f6d-abcde', uid: crypto.randomUUID() },
+    zone: 'zone-a',
+  };
+  const slice = {
+    metadata: { name: 'web-abcde', namespace: 'default', labels: { 'kubernetes.io/service-name': 'web' } },
+    addressType: 'IPv4',
+    endpoints: Array.from({ length: 100 }, () => endpoint),
+    ports: [{ name: 'http', port: 8080, protocol: 'TCP' }],
+  };
+  for (const text of [
+    JSON.stringify({ items: Array(500).fill(slice) }),
+    `{"items":[${'{},'.repeat(999)}{}]}`,
+  ]) {
+    const v = new JsonValueCounter();
+    v.push(Buffer.from(text));
+    const perValue = text.length / v.count;
+    assert.ok(text.startsWith('{"items":[{}') ? perValue < 2 : perValue > 12, `${perValue} bytes a value`);
+  }
+});
+
+test('pageBounds: the page bound or what is left of the list, named in the error', () => {
+  const limits = { ...DEFAULT_LIMITS, maxListBytes: 100, maxPageBytes: 40, maxPageValues: 7 };
+  const bound = (what: string) => new Error(what);
+  const cases = [
+    { name: 'first page', listed: 0, want: 40, message: /page 3 is over 40 bytes \(maxPageBytes\)/ },
+    { name: 'exactly the page bound left', listed: 60, want: 40, message: /maxPageBytes/ },
+    {
+      name: 'less left than a page',
+      listed: 90,
+      want: 10,
+      message: /more than 100 bytes \(maxListBytes\) by page 3/,
+    },
+  ];
+  for (const c of cases) {
+    const b = pageBounds(limits, c.listed, 3, bound);
+    assert.equal(b.maxBytes, c.want, c.name);
+    assert.equal(b.maxValues, 7);
+    assert.match(b.exceeded('bytes').message, c.message, c.name);
+    assert.match(b.exceeded('values').message, /page 3 holds more than 7 values \(maxPageValues\)/);
+  }
+});
+
+test('snippet: quoted, whitespace folded, every control, bidi and line-breaking character escaped', () => {
+  const hostile = '<h1>\u001b[31mred</h1>\u0085\u202e\u2066evil\u2069\u2028x\u2029\r\n\t y\u007f';
+  const got = snippet(hostile);
+  assert.equal(got, '"<h1>\\u001b[31mred</h1>\\u0085\\u202e\\u2066evil\\u2069 x y\\u007f"');
+  assert.doesNotMatch(
+    got,
+    /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/,
+  );
+  assert.equal(typeof JSON.parse(got), 'string');
 });
