@@ -14,7 +14,18 @@ export type Member = { readonly key: string; readonly value: Span; readonly item
 export type JsonOutline =
   | { readonly root: 'object'; readonly members: Member[]; readonly error?: undefined }
   | { readonly root: 'other'; readonly value: Span; readonly error?: undefined }
-  | { readonly error: { readonly offset: number; readonly message: string } };
+  | { readonly error: OutlineError };
+
+export type OutlineError = {
+  readonly offset: number;
+  readonly message: string;
+  /**
+   * False when the text is broken whichever way it is read (it ends early, a string never ends, it nests
+   * too deep); true when it breaks a rule of JSON that YAML's flow style does not have (a key or a value
+   * without quotes, text after the value): it may be YAML, `{apiVersion: v1, kind: List, items: [...]}`.
+   */
+  readonly mayBeYaml: boolean;
+};
 
 // How much text is scanned between two yields.
 const CHUNK = 256 * 1024;
@@ -48,7 +59,9 @@ export function* outlineJson(buf: Buffer, maxDepth: number): Generator<void, Jso
   let expect = VALUE;
   let i = 0;
   let checkpoint = CHUNK;
-  const fail = (offset: number, message: string): JsonOutline => ({ error: { offset, message } });
+  const fail = (offset: number, message: string, mayBeYaml = true): JsonOutline => ({
+    error: { offset, message, mayBeYaml },
+  });
   for (;;) {
     i = skipSpace(buf, i);
     if (i >= checkpoint) {
@@ -57,7 +70,7 @@ export function* outlineJson(buf: Buffer, maxDepth: number): Generator<void, Jso
     }
     if (i >= n) {
       if (expect === AFTER && stack.length === 0) break;
-      return fail(n, 'unexpected end of the text');
+      return fail(n, 'unexpected end of the text', false);
     }
     const c = buf[i]!;
     if (expect === AFTER) {
@@ -76,7 +89,7 @@ export function* outlineJson(buf: Buffer, maxDepth: number): Generator<void, Jso
       } else {
         if (c !== QUOTE) return fail(i, 'expected a string (a key)');
         const end = stringEnd(buf, i);
-        if (end < 0) return fail(i, 'unterminated string');
+        if (end < 0) return fail(i, 'unterminated string', false);
         if (stack.length === 1 && stack[0] === OBJECT) {
           try {
             key = JSON.parse(buf.toString('utf8', i, end));
@@ -100,7 +113,7 @@ export function* outlineJson(buf: Buffer, maxDepth: number): Generator<void, Jso
       else if (depth === 1 && stack[0] === OBJECT) valueStart = i;
       else if (depth === 2 && items !== undefined) itemStart = i;
       if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
-        if (depth >= maxDepth) return fail(i, `nested deeper than ${maxDepth} levels`);
+        if (depth >= maxDepth) return fail(i, `nested deeper than ${maxDepth} levels`, false);
         if (depth === 1 && stack[0] === OBJECT && key === 'items' && c === 0x5b) items = [];
         stack.push(c === 0x7b ? OBJECT : ARRAY);
         expect = c === 0x7b ? KEY_OR_CLOSE : VALUE_OR_CLOSE;
@@ -109,7 +122,8 @@ export function* outlineJson(buf: Buffer, maxDepth: number): Generator<void, Jso
       }
       if (c === QUOTE) {
         i = stringEnd(buf, i);
-        if (i < 0) return fail(valueStartOf(depth, rootStart, valueStart, itemStart), 'unterminated string');
+        if (i < 0)
+          return fail(valueStartOf(depth, rootStart, valueStart, itemStart), 'unterminated string', false);
       } else {
         const end = scalarEnd(buf, i);
         if (end === i || !isScalarStart(c))

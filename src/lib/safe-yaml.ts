@@ -1,6 +1,7 @@
 // Every YAML text a user hands us (the manifest, the --config file) is read here: js-yaml's event parser
-// with a nesting limit, then one pass over the events that counts the aliases of each document and what
-// they add when expanded, and refuses a recursive alias, before any value is built. js-yaml keeps an alias
+// with a nesting limit, then one pass over the events that counts the aliases of the text and what they
+// add when expanded (within the text, and within a budget its caller may share between texts: a manifest
+// read in parts), and refuses a recursive alias, before any value is built. js-yaml keeps an alias
 // as a shared reference, so a 700-byte "billion laughs" text (9 levels of 9 aliases: 387 million nodes)
 // builds in microseconds and explodes later, in JSON.stringify or any walk. Pure: no I/O.
 import {
@@ -20,16 +21,41 @@ import {
 export type YamlLimits = {
   /** The deepest nesting of collections (js-yaml's own default). */
   readonly maxDepth: number;
-  /** Aliases in one document. */
+  /** Aliases in one text; a text longer than 16 times this may hold one per 16 characters. */
   readonly maxAliases: number;
   /**
-   * What the aliases of one document may add when expanded, counted as nodes plus the characters of
-   * their scalars; a text longer than this may grow by its own length.
+   * What the aliases of one text (all its documents) may add when expanded, counted as nodes plus the
+   * characters of their scalars; a text longer than this may grow by its own length.
    */
   readonly maxAliasExpansion: number;
 };
 
 export const YAML_LIMITS: YamlLimits = { maxDepth: 100, maxAliases: 10_000, maxAliasExpansion: 1_000_000 };
+
+/**
+ * What the aliases of several texts may add in all when expanded (nodes plus characters), spent by each
+ * readYaml it is passed to: the parts of one manifest share one, so 2,000 small bombs each under the
+ * per-text limit do not add up to 2,000 times it. Mutable: `remaining` goes down.
+ */
+export class AliasBudget {
+  readonly total: number;
+  remaining: number;
+  /** True once a text went past what remained (the texts after it need not be read). */
+  exceeded = false;
+  /** What the budget is for, in messages: "aliases expand the <scope> by more than ...". */
+  readonly scope: string;
+
+  constructor(total: number, scope: string) {
+    this.total = total;
+    this.remaining = total;
+    this.scope = scope;
+  }
+}
+
+/** The budget of a whole text of `length` characters: max(limits.maxAliasExpansion, length). */
+export function aliasBudgetFor(length: number, scope: string, limits: YamlLimits = YAML_LIMITS): AliasBudget {
+  return new AliasBudget(Math.max(limits.maxAliasExpansion, length), scope);
+}
 
 /** What is wrong and where: a character offset in the text. `limit` is true for a limit, false for syntax. */
 export type YamlProblem = { readonly offset: number; readonly message: string; readonly limit: boolean };
@@ -47,24 +73,26 @@ export type YamlRead =
   | { readonly error: YamlProblem };
 
 /**
- * Reads every document of a YAML text within `limits`. Never throws: a syntax error (the first one, as
- * js-yaml reports it) or a limit is returned with its offset.
+ * Reads every document of a YAML text within `limits`, and within `shared` when given (what its aliases
+ * add is taken from it when the text reads). Never throws: a syntax error (the first one, as js-yaml
+ * reports it) or a limit is returned with its offset.
  */
-export function readYaml(text: string, limits: YamlLimits = YAML_LIMITS): YamlRead {
+export function readYaml(text: string, limits: YamlLimits = YAML_LIMITS, shared?: AliasBudget): YamlRead {
   let events: Event[];
   try {
     events = parseEvents(text, { maxDepth: limits.maxDepth });
   } catch (err) {
     return { error: problemOf(err, limits) };
   }
-  const problem = checkAliases(text, events, limits);
-  if (problem !== undefined) return { error: problem };
+  const checked = checkAliases(text, events, limits, shared);
+  if (typeof checked !== 'number') return { error: checked };
   let documents: unknown[];
   try {
     documents = constructFromEvents(events, { source: text });
   } catch (err) {
     return { error: problemOf(err, limits) };
   }
+  if (shared !== undefined) shared.remaining -= checked;
   return { documents, locate: (document, path) => offsetOf(text, events, document, path) };
 }
 
@@ -82,8 +110,16 @@ function problemOf(err: unknown, limits: YamlLimits): YamlProblem {
 // An anchor whose collection is still open: an alias to it would be a cycle.
 const OPEN = -1;
 
-/** The first alias over a limit, or a recursive one; undefined when the aliases are within bounds. */
-function checkAliases(text: string, events: readonly Event[], limits: YamlLimits): YamlProblem | undefined {
+/**
+ * The first alias over a limit, or a recursive one; or, when the aliases are within bounds, what they add
+ * in all when expanded.
+ */
+function checkAliases(
+  text: string,
+  events: readonly Event[],
+  limits: YamlLimits,
+  shared: AliasBudget | undefined,
+): YamlProblem | number {
   const anchors = new Map<string, number>();
   // Per open collection: its expanded size so far and its anchor.
   const sizes: number[] = [];
@@ -91,16 +127,17 @@ function checkAliases(text: string, events: readonly Event[], limits: YamlLimits
   let aliases = 0;
   let added = 0;
   const budget = Math.max(limits.maxAliasExpansion, text.length);
+  // A kind: List of 5,000 Services sharing three anchors holds 15,000 aliases in 750 KB.
+  const maxAliases = Math.max(limits.maxAliases, Math.floor(text.length / 16));
   const add = (size: number) => {
     if (sizes.length > 0) sizes[sizes.length - 1]! += size;
   };
   for (const e of events) {
     switch (e.type) {
       case EVENT_DOCUMENT: {
-        // Anchors are per document, and so are the limits.
+        // Anchors are per document; the limits are per text (300 documents of 690 bytes, each a bomb just
+        // under a per-document limit, expanded to 276 M characters).
         anchors.clear();
-        aliases = 0;
-        added = 0;
         sizes.push(0);
         names.push(undefined);
         break;
@@ -132,14 +169,26 @@ function checkAliases(text: string, events: readonly Event[], limits: YamlLimits
           };
         aliases++;
         added += size;
-        if (aliases > limits.maxAliases)
-          return { offset, message: `more than ${limits.maxAliases} aliases in one document`, limit: true };
+        if (aliases > maxAliases)
+          return {
+            offset,
+            message: `more than ${maxAliases} aliases in ${text.length} characters`,
+            limit: true,
+          };
         if (added > budget)
           return {
             offset,
             message: `aliases expand the document by more than ${budget} nodes and characters (alias *${name} adds ${size}; an alias bomb?)`,
             limit: true,
           };
+        if (shared !== undefined && added > shared.remaining) {
+          shared.exceeded = true;
+          return {
+            offset,
+            message: `aliases expand the ${shared.scope} by more than ${shared.total} nodes and characters in all (alias *${name} adds ${size}; many small alias bombs?)`,
+            limit: true,
+          };
+        }
         add(size);
         break;
       }
@@ -152,7 +201,7 @@ function checkAliases(text: string, events: readonly Event[], limits: YamlLimits
       }
     }
   }
-  return undefined;
+  return added;
 }
 
 /** Where an event's node starts in the text; -1 for events that are not nodes. */

@@ -5,15 +5,15 @@
 // parseManifestAsync).
 //
 // The text is a user's, so nothing here trusts its shape. YAML goes through lib/safe-yaml.ts (nesting,
-// alias count and alias expansion bounded: a 700-byte alias bomb is an error at its line, not a frozen
-// process). Big texts are cut before they are parsed, in the bytes (manifest-split.ts, lib/json-outline.ts):
+// alias count and alias expansion bounded, the expansion by one budget for the whole load: a 700-byte
+// alias bomb, or 2,000 small ones, is an error at its line, not a frozen process). Big texts are cut before they are parsed, in the bytes (manifest-split.ts, lib/json-outline.ts):
 // a document, a List item or a JSON item at a time, so no single step holds the event loop for long
 // (JSON.parse of a 50 MB List took ~0.5 s in one piece; js-yaml on a 70 MB `kind: List` document ~6 s).
 import { createHash } from 'node:crypto';
 import { Composer, type Document, LineCounter, Parser } from 'yaml';
 import { ProxyError } from '../lib/errors.ts';
 import { type Member, outlineJson, type Span } from '../lib/json-outline.ts';
-import { readYaml, YAML_LIMITS, type YamlPath } from '../lib/safe-yaml.ts';
+import { type AliasBudget, aliasBudgetFor, readYaml, YAML_LIMITS, type YamlPath } from '../lib/safe-yaml.ts';
 import { BytePositions, linePosition, positionWithin } from '../lib/text-position.ts';
 import { SLICE_MS, Yielder } from '../lib/yielder.ts';
 import { type Checked, type KubeObject, validate } from './intake.ts';
@@ -71,8 +71,8 @@ export async function parseManifestAsync(
 /** parseManifestAsync's work: yields whenever its driver may give the event loop a turn. */
 function* parseSteps(buf: Buffer, file: string, cache: DocumentCache): Generator<void, ManifestObjects> {
   const load = new Load(buf, new Report(file, buf), cache);
-  if (isJson(buf)) yield* readJson(load);
-  else yield* readYamlStream(load);
+  // A big text that starts like JSON but is not may be flow-style YAML: read as YAML, as a small one is.
+  if (!isJson(buf) || !(yield* readJson(load))) yield* readYamlStream(load);
   return yield* load.finish();
 }
 
@@ -112,13 +112,22 @@ class Report {
     return this.#problems.length === 0;
   }
 
-  /** A problem at character `offset` of `piece`, a part of the file that starts at byte `base`. */
-  add(base: number, piece: string, offset: number, message: string): void {
-    if (this.#problems.length >= MAX_PROBLEMS) {
+  /** True once further problems are only counted: nothing need be done to locate them. */
+  get full(): boolean {
+    return this.#problems.length >= MAX_PROBLEMS;
+  }
+
+  /**
+   * A problem at character `offset` of `piece`, a part of the file that starts at byte `base`. A function
+   * for `offset` is called only when the problem is spelled out (finding a path's offset walks the part).
+   */
+  add(base: number, piece: string, offset: number | (() => number), message: string): void {
+    if (this.full) {
       this.#more++;
       return;
     }
-    const { line, col } = positionWithin(this.#positions.at(base), piece, offset);
+    const at = typeof offset === 'number' ? offset : offset();
+    const { line, col } = positionWithin(this.#positions.at(base), piece, at);
     this.#problems.push(`${this.#file}:${line}:${col}: ${message}`);
   }
 
@@ -131,19 +140,25 @@ class Report {
 }
 
 /** A problem found in a part before it is known whether the part stands (see readList). */
-type Deferred = [base: number, piece: string, offset: number, message: string];
+type Deferred = [base: number, piece: string, offset: number | (() => number), message: string];
 
 /** One parse: the text, its problems, the objects so far, and the parts it read (the next load's cache). */
 class Load {
   readonly buf: Buffer;
   readonly report: Report;
   readonly objects: ManifestObjects = new Map();
+  /**
+   * What the aliases of every part read in this load may add when expanded (JSON.stringify of each entry
+   * expands them): max(1 M, the file's length) nodes and characters in all.
+   */
+  readonly budget: AliasBudget;
   readonly #cache: DocumentCache;
   readonly #seen: DocumentCache = new Map();
 
   constructor(buf: Buffer, report: Report, cache: DocumentCache) {
     this.buf = buf;
     this.report = report;
+    this.budget = aliasBudgetFor(buf.length, 'manifest');
     this.#cache = cache;
   }
 
@@ -164,21 +179,28 @@ class Load {
 
   /**
    * Adds the entries of the part at `span`; a second object of the same kind, namespace and name is a
-   * problem, at the second one.
+   * problem, at the second one, located with `located` (the part as it was just read) or by reading the
+   * part again, once. Yields after each duplicate it locates.
    */
-  add(key: string, placed: readonly Placed[], span: Span): void {
+  *add(key: string, placed: readonly Placed[], span: Span, located?: Located): Generator<void, void> {
     this.#seen.set(key, placed);
+    let where = located;
     for (const { entry, document, path } of placed) {
       if (!this.objects.has(entry.key)) {
         this.objects.set(entry.key, entry);
         continue;
       }
-      // Where: the part is read again (it may come from the cache, which keeps no positions).
-      const text = this.buf.toString('utf8', span.start, span.end);
-      const read = readYaml(text, YAML_LIMITS);
-      const offset = read.error === undefined ? read.locate(document, path) : 0;
-      const name = entry.key.slice(entry.kind.length + 1);
-      this.report.add(span.start, text, offset, `duplicate ${entry.kind} ${name}`);
+      const message = `duplicate ${entry.kind} ${entry.key.slice(entry.kind.length + 1)}`;
+      if (this.report.full) {
+        this.report.add(span.start, '', 0, message);
+        continue;
+      }
+      // The part may come from the cache, which keeps no positions: read again, once. Read again for every
+      // duplicate, a 790 KB List with 3,000 held the event loop for 178 s.
+      where ??= locatedOf(this.buf.toString('utf8', span.start, span.end));
+      const { text, locate } = where;
+      this.report.add(span.start, text, () => locate(document, path), message);
+      yield;
     }
   }
 
@@ -194,9 +216,17 @@ class Load {
   }
 }
 
+/** A part's places, read again (0, its start, for any path when it does not read). */
+function locatedOf(text: string): Located {
+  const read = readYaml(text, YAML_LIMITS);
+  return { text, locate: read.error === undefined ? read.locate : () => 0 };
+}
+
 function* readYamlStream(load: Load): Generator<void, void> {
   const { buf, report } = load;
   for (const doc of yamlDocuments(buf)) {
+    // Past the load's alias budget: one error says so; the rest of the text cannot make it good.
+    if (load.budget.exceeded) return;
     if (doc === undefined) {
       yield;
       continue;
@@ -206,24 +236,37 @@ function* readYamlStream(load: Load): Generator<void, void> {
       if (split !== undefined && (yield* readList(load, split.head, split.items))) continue;
     }
     const key = load.keyOf('yaml', doc);
-    let placed = load.known(key);
-    if (placed === undefined) {
-      const problems: Deferred[] = [];
-      placed = readPart(buf.toString('utf8', doc.start, doc.end), doc.start, problems);
-      for (const p of problems) report.add(...p);
-      if (placed === undefined || problems.length > 0) continue;
+    const known = load.known(key);
+    if (known !== undefined) {
+      yield* load.add(key, known, doc);
+      yield;
+      continue;
     }
-    load.add(key, placed, doc);
+    const problems: Deferred[] = [];
+    const text = buf.toString('utf8', doc.start, doc.end);
+    const part = readPart(text, doc.start, problems, load.budget);
+    for (const p of problems) report.add(...p);
+    if (part === undefined || problems.length > 0) continue;
+    yield;
+    yield* load.add(key, part.placed, doc, { text, locate: part.locate });
     yield;
   }
 }
 
+/** A part's text and where each path of it is: a document (by its index) and a path in it. */
+type Located = { readonly text: string; readonly locate: (document: number, path: YamlPath) => number };
+
 /**
- * The entries of one YAML part (every object of every document in it), with its problems in `problems`;
- * undefined when it does not parse (a syntax error or a limit, in `problems` too).
+ * The entries of one YAML part (every object of every document in it) and their places, with its problems
+ * in `problems`; undefined when it does not parse (a syntax error or a limit, in `problems` too).
  */
-function readPart(text: string, base: number, problems: Deferred[]): Placed[] | undefined {
-  const read = readYaml(text, YAML_LIMITS);
+function readPart(
+  text: string,
+  base: number,
+  problems: Deferred[],
+  budget: AliasBudget,
+): { placed: Placed[]; locate: Located['locate'] } | undefined {
+  const read = readYaml(text, YAML_LIMITS, budget);
   if (read.error !== undefined) {
     problems.push([base, text, read.error.offset, read.error.message]);
     return undefined;
@@ -232,12 +275,12 @@ function readPart(text: string, base: number, problems: Deferred[]): Placed[] | 
   for (const [document, value] of read.documents.entries()) {
     for (const { obj, path } of itemsOf(value)) {
       const entry = toEntry(obj, (p, message) =>
-        problems.push([base, text, read.locate(document, [...path, ...p]), message]),
+        problems.push([base, text, () => read.locate(document, [...path, ...p]), message]),
       );
       if (entry !== undefined) placed.push({ entry, document, path });
     }
   }
-  return placed;
+  return { placed, locate: read.locate };
 }
 
 /**
@@ -246,9 +289,15 @@ function readPart(text: string, base: number, problems: Deferred[]): Placed[] | 
  * nothing is reported or added then, and the caller reads the document whole.
  */
 function* readList(load: Load, head: string, items: readonly Span[]): Generator<void, boolean> {
-  const top = readYaml(head, YAML_LIMITS);
+  // What the items spent goes back when the document is read whole instead.
+  const remaining = load.budget.remaining;
+  const fallBack = () => {
+    load.budget.remaining = remaining;
+    return false;
+  };
+  const top = readYaml(head, YAML_LIMITS, load.budget);
   const value = top.error === undefined && top.documents.length === 1 ? top.documents[0] : undefined;
-  if (!isRecord(value) || typeof value.kind !== 'string' || !value.kind.endsWith('List')) return false;
+  if (!isRecord(value) || typeof value.kind !== 'string' || !value.kind.endsWith('List')) return fallBack();
   const itemKind = value.kind === 'List' ? undefined : value.kind.slice(0, -'List'.length);
   const problems: Deferred[] = [];
   const parts: [key: string, span: Span, placed: readonly Placed[]][] = [];
@@ -258,16 +307,17 @@ function* readList(load: Load, head: string, items: readonly Span[]): Generator<
     let placed = load.known(key);
     if (placed === undefined) {
       const text = load.buf.toString('utf8', span.start, span.end);
-      const read = readYaml(text, YAML_LIMITS);
+      const read = readYaml(text, YAML_LIMITS, load.budget);
       if (read.error !== undefined) {
-        if (!read.error.limit) return false;
+        if (!read.error.limit) return fallBack();
         problems.push([span.start, text, read.error.offset, read.error.message]);
+        if (load.budget.exceeded) break;
         continue;
       }
       const [seq] = read.documents;
-      if (read.documents.length !== 1 || !Array.isArray(seq) || seq.length !== 1) return false;
+      if (read.documents.length !== 1 || !Array.isArray(seq) || seq.length !== 1) return fallBack();
       const entry = toEntry(withKind(seq[0], itemKind), (p, message) =>
-        problems.push([span.start, text, read.locate(0, [0, ...p]), message]),
+        problems.push([span.start, text, () => read.locate(0, [0, ...p]), message]),
       );
       if (entry === undefined) continue;
       placed = [{ entry, document: 0, path: [0] }];
@@ -277,7 +327,7 @@ function* readList(load: Load, head: string, items: readonly Span[]): Generator<
   }
   for (const p of problems) load.report.add(...p);
   for (const [key, span, placed] of parts) {
-    load.add(key, placed, span);
+    yield* load.add(key, placed, span);
     yield;
   }
   return true;
@@ -288,12 +338,17 @@ function withKind(obj: unknown, itemKind: string | undefined): unknown {
   return itemKind !== undefined && isRecord(obj) && obj.kind === undefined ? { ...obj, kind: itemKind } : obj;
 }
 
-function* readJson(load: Load): Generator<void, void> {
+/**
+ * Reads a text that looks like JSON. False, with nothing reported, when its outline says it may be YAML
+ * instead (flow style: `{kind: List, items: [...]}`); the caller reads it as YAML then.
+ */
+function* readJson(load: Load): Generator<void, boolean> {
   const { buf, report } = load;
   const outline = yield* outlineJson(buf, YAML_LIMITS.maxDepth);
+  if (outline.error?.mayBeYaml) return false;
   if (outline.error !== undefined) {
     report.add(outline.error.offset, '', 0, outline.error.message);
-    return;
+    return true;
   }
   if (outline.root === 'other') {
     report.add(
@@ -302,7 +357,7 @@ function* readJson(load: Load): Generator<void, void> {
       0,
       'expected an object (a Service, an EndpointSlice, a Node or a List)',
     );
-    return;
+    return true;
   }
   // As JSON.parse: a repeated key keeps its first place and its last value.
   const members = new Map<string, Member>();
@@ -343,10 +398,10 @@ function* readJson(load: Load): Generator<void, void> {
               );
         placed = entry === undefined ? undefined : [{ entry, document: 0, path: [] }];
       }
-      if (placed !== undefined) load.add(key, placed, span);
+      if (placed !== undefined) yield* load.add(key, placed, span);
       yield;
     }
-    return;
+    return true;
   }
   // One object, a member (and an element of an `items` array) at a time.
   const fields: [string, unknown][] = [];
@@ -363,7 +418,7 @@ function* readJson(load: Load): Generator<void, void> {
     }
     yield;
   }
-  if (!report.ok) return;
+  if (!report.ok) return true;
   const value = Object.fromEntries(fields); // own properties even for `__proto__`, as JSON.parse
   for (const { obj, path } of itemsOf(value)) {
     const entry = toEntry(obj, (p, message) => {
@@ -378,10 +433,15 @@ function* readJson(load: Load): Generator<void, void> {
       report.add(0, '', 0, `duplicate ${entry.kind} ${entry.key.slice(entry.kind.length + 1)}`);
     else if (entry !== undefined) load.objects.set(entry.key, entry);
   }
+  return true;
 }
 
 /** A problem at `path` inside the JSON value at `span`: located by reading that value as YAML. */
 function reportInJson(buf: Buffer, span: Span, path: YamlPath, message: string, report: Report): void {
+  if (report.full) {
+    report.add(span.start, '', 0, message);
+    return;
+  }
   const text = buf.toString('utf8', span.start, span.end);
   const read = readYaml(text, YAML_LIMITS);
   report.add(span.start, text, read.error === undefined ? read.locate(0, path) : 0, message);

@@ -2,7 +2,7 @@
 // found before any value is built; ordinary aliases and documents read as js-yaml reads them.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { readYaml, YAML_LIMITS } from '../../../src/lib/safe-yaml.ts';
+import { AliasBudget, readYaml, YAML_LIMITS } from '../../../src/lib/safe-yaml.ts';
 import { linePosition } from '../../../src/lib/text-position.ts';
 
 /** The classic bomb: `levels` levels of 9 aliases each. */
@@ -53,7 +53,7 @@ const refused = [
   {
     name: 'more than 10,000 aliases',
     text: `a: &a 1\nb: [${Array(10_001).fill('*a').join(', ')}]\n`,
-    want: /^more than 10000 aliases in one document$/,
+    want: /^more than 10000 aliases in 40016 characters$/,
     line: 2,
   },
 ];
@@ -120,4 +120,37 @@ test('locate finds the node at a path, or its closest parent', () => {
   assert.deepEqual(at(0, ['spec', 'ports', 3]), { line: 4, col: 5 });
   assert.deepEqual(at(0, []), { line: 1, col: 1 });
   assert.deepEqual(at(1, ['kind']), { line: 7, col: 7 });
+});
+
+test('the expansion limit is per text, not per document: 4 documents each under it are refused', () => {
+  // bomb(6) alone adds ~2.4 M; bomb(5) ~266 K: four of them in one text are over 1 M.
+  assert.equal(readYaml(bomb(5)).error, undefined);
+  const text = Array(4).fill(bomb(5)).join('---\n');
+  const read = readYaml(text);
+  assert.ok(read.error, 'refused');
+  assert.match(read.error.message, /^aliases expand the document by more than 1000000/);
+  assert.equal(linePosition(text, read.error.offset).line, 23, 'in the fourth document');
+});
+
+test('a shared budget is spent by each text that reads, and refuses the first text past it', () => {
+  const budget = new AliasBudget(1_000_000, 'manifest');
+  for (let i = 0; i < 3; i++) assert.equal(readYaml(bomb(5), YAML_LIMITS, budget).error, undefined);
+  assert.ok(budget.remaining < 300_000 && !budget.exceeded, `${budget.remaining} left`);
+  const read = readYaml(bomb(5), YAML_LIMITS, budget);
+  assert.ok(read.error);
+  assert.match(
+    read.error.message,
+    /^aliases expand the manifest by more than 1000000 nodes and characters in all/,
+  );
+  assert.equal(read.error.limit, true);
+  assert.ok(budget.exceeded);
+});
+
+test('the alias count scales with the text: one per 16 characters past 10,000', () => {
+  // 15,000 aliases of a one-line anchor in 240 KB: what a List of 5,000 Services sharing 3 anchors holds.
+  const text = `a: &a {app: web}\nb:\n${'  - *a                       # pad\n'.repeat(15_000)}`;
+  assert.ok(text.length / 16 > 15_000);
+  assert.equal(readYaml(text).error, undefined);
+  const dense = `a: &a 1\nb: [${Array(15_000).fill('*a').join(',')}]\n`;
+  assert.match(readYaml(dense).error?.message ?? '', /^more than 10000 aliases/);
 });

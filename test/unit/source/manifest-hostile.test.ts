@@ -188,3 +188,113 @@ test('a garbage file: 20 problems spelled out, the rest counted', async () => {
     return true;
   });
 });
+
+/** A Service with a small alias bomb in an unknown field: ~966 K nodes and characters, under 1 M. */
+function smallBomb(i: number): string {
+  const lol = `"${'lol'.repeat(33)}"`;
+  return `apiVersion: v1
+kind: Service
+metadata: {name: s${i}, namespace: default}
+spec: {clusterIP: 10.96.${i >> 8}.${i & 255}, ports: [{name: http, port: 80}]}
+a: &a [${Array(9).fill(lol).join(',')}]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*c,*c,*c]
+`;
+}
+
+test('300 small alias bombs, each under the per-document limit, share one budget: refused at the second', async () => {
+  // Before: accepted, 293 M characters of JSON kept from 356 KB (2,000 of them: 1.96 G, 2 GB of heap).
+  const text = Array.from({ length: 300 }, (_, i) => smallBomb(i)).join('---\n');
+  const started = performance.now();
+  await assert.rejects(parseManifestAsync(text, 'm.yaml'), (err: Error) => {
+    assert.ok(isProxyError(err, 'KUP_ERR_MANIFEST_INVALID'), err.stack);
+    assert.match(
+      err.message,
+      /^invalid manifest: m\.yaml:17:\d+: aliases expand the manifest by more than 1000000 nodes and characters in all \(alias \*b adds \d+; many small alias bombs\?\)$/,
+    );
+    return true;
+  });
+  assert.ok(performance.now() - started < 2000, `${Math.round(performance.now() - started)} ms`);
+  assert.equal((await parseManifestAsync(smallBomb(0), 'm.yaml')).size, 1, 'one alone is within the budget');
+});
+
+test('1,000 duplicates in a List that cannot be cut: each located without reading the List again', async () => {
+  // Before: the whole List read again for every duplicate (3,000 in 790 KB: 178 s in one piece).
+  let text = 'apiVersion: v1\nkind: List\nitems:\n';
+  for (let i = 0; i < 1000; i++)
+    text += `- apiVersion: v1
+  kind: Service
+  metadata:
+    name: dup
+    namespace: default
+    labels: ${i === 0 ? '&l {app: web, tier: frontend, team: payments}' : '*l'}
+  spec:
+    clusterIP: 10.96.${i >> 8}.${i & 255}
+    ports:
+    - {name: http, port: 80, targetPort: 8080}
+`;
+  const started = performance.now();
+  await assert.rejects(parseManifestAsync(text, 'm.yaml'), (err: Error) => {
+    assert.match(
+      err.message,
+      /^invalid manifest: m\.yaml:14:3: duplicate Service default\/dup; m\.yaml:24:3: /,
+    );
+    assert.equal(err.message.match(/duplicate Service/g)?.length, 20);
+    assert.match(err.message, /; and 979 more problems$/);
+    return true;
+  });
+  assert.ok(performance.now() - started < 3000, `${Math.round(performance.now() - started)} ms`);
+});
+
+test('a List of 5,000 Services sharing three anchors (15,000 aliases) loads', async () => {
+  // Before: "more than 10000 aliases in one document".
+  let text = 'apiVersion: v1\nkind: List\nitems:\n';
+  for (let i = 0; i < 5000; i++) {
+    const first = i === 0;
+    text += `- apiVersion: v1
+  kind: Service
+  metadata:
+    name: svc-${i}
+    namespace: default
+    labels: ${first ? '&labels {app: web, tier: frontend}' : '*labels'}
+  spec:
+    clusterIP: 10.96.${i >> 8}.${i & 255}
+    selector: ${first ? '&selector {app: web}' : '*selector'}
+    ports: ${first ? '&ports [{name: http, port: 80, targetPort: 8080}]' : '*ports'}
+`;
+  }
+  const objects = await parseManifestAsync(text, 'm.yaml');
+  assert.equal(objects.size, 5000);
+  assert.deepEqual(
+    (objects.get('Service/default/svc-4999')?.object as { spec?: unknown } | undefined)?.spec,
+    {
+      clusterIP: '10.96.19.135',
+      selector: { app: 'web' },
+      ports: [{ name: 'http', port: 80, targetPort: 8080 }],
+    },
+  );
+});
+
+test('a flow-style YAML List over 1 MiB (keys without quotes) is read as YAML; broken JSON stays JSON', async () => {
+  // Before: "expected a string (a key)" (a text over 1 MiB starting with `{` was read as JSON only).
+  const items = Array.from(
+    { length: 8000 },
+    (_, i) =>
+      `{apiVersion: v1, kind: Service, metadata: {name: svc-${i}, namespace: default}, spec: {clusterIP: 10.96.${i >> 8}.${i & 255}, ports: [{name: http, port: 80, targetPort: 8080}]}}`,
+  );
+  const text = `{apiVersion: v1, kind: List, items: [\n${items.join(',\n')}\n]}\n`;
+  assert.ok(text.length > 1024 * 1024, `${text.length} bytes`);
+  assert.equal((await parseManifestAsync(text, 'm.yaml')).size, 8000);
+  // A big JSON text cut short is broken either way: its JSON error, not a long YAML parse.
+  const json = JSON.stringify({
+    kind: 'List',
+    items: items.map((_, i) => service(`s${i}`, '10.96.0.1', [])),
+  });
+  assert.ok(json.length > 1024 * 1024);
+  await assert.rejects(
+    parseManifestAsync(json.slice(0, -2), 'm.json'),
+    /m\.json:1:\d+: unexpected end of the text$/,
+  );
+});
