@@ -223,7 +223,8 @@ for (const c of [
     );
     // Before: parsed whole (40 MiB of objects 0.4 s; 8 MiB of `{}` 1 s and ~0.3 GB), then refused.
     assert.ok(maxDelayMs < 250, `event loop held for ${maxDelayMs.toFixed(0)} ms`);
-    assert.ok(grownMiB < 150, `memory grew ${grownMiB.toFixed(0)} MiB`);
+    // Up to 32 MiB read per try, a few tries, buffers freed when the collector runs: what is bounded, not tight.
+    assert.ok(grownMiB < 300, `memory grew ${grownMiB.toFixed(0)} MiB`);
     assert.ok(failures >= 2 && failures <= 8, `${failures} failures in ~1 s`);
     nothingLost(h, from);
     server.hostile(null);
