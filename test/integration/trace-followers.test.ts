@@ -401,9 +401,12 @@ test('100 followers of /debug/trace (most never reading) leave the new-connectio
   };
 
   // The machine is shared: other work can slow one proxy more than the other for a while. Both ratios must
-  // hold in one attempt of a few; today's per-follower serialization fails every attempt by far.
+  // hold in one attempt of a few; today's per-follower serialization fails every attempt by far (0.087×,
+  // 0.070× per CPU second). The issue's bar is the rate; CPU accounting is noisier, so its guard is 0.9.
+  const MIN_RATE = 0.95;
+  const MIN_CPU = 0.9;
   let result = await attempt();
-  for (let n = 1; n < ATTEMPTS && (result.rate < 0.95 || result.cpu < 0.95); n++) {
+  for (let n = 1; n < ATTEMPTS && (result.rate < MIN_RATE || result.cpu < MIN_CPU); n++) {
     t.diagnostic(`attempt ${n}: ${result.rows.join('; ')}`);
     result = await attempt();
   }
@@ -423,11 +426,11 @@ test('100 followers of /debug/trace (most never reading) leave the new-connectio
     `no connection failed while the followers were subscribed: ${JSON.stringify(Object.fromEntries(loads[0]!.why))} ${JSON.stringify(Object.fromEntries(loads[1]!.why))}`,
   );
   assert.ok(
-    result.rate >= 0.95,
+    result.rate >= MIN_RATE,
     `with ${FOLLOWERS} followers the new-connection rate is ${result.rate.toFixed(3)}× without`,
   );
   assert.ok(
-    result.cpu >= 0.95,
+    result.cpu >= MIN_CPU,
     `with ${FOLLOWERS} followers the proxy relays ${result.cpu.toFixed(3)}× the connections per CPU second`,
   );
   // Both proxies lived through it all.
