@@ -43,8 +43,25 @@ export type ProxyProcessOptions = {
   extraArgs?: string[];
 };
 
-/** Starts the proxy and waits until all three servers answer and the service port is open. */
+/**
+ * Starts the proxy and waits until all three servers answer and the service port is open. The ports are
+ * picked free a moment before the proxy binds them; another process may take one meanwhile, so a start
+ * that could not bind all three is retried on new ports (twice).
+ */
 export async function startProxyProcess(options: ProxyProcessOptions = {}): Promise<ProxyProcess> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(options);
+    } catch (err) {
+      if (!(err instanceof PortTaken) || attempt >= 3) throw err;
+    }
+  }
+}
+
+/** One of the picked ports was taken before the proxy bound it. */
+class PortTaken extends Error {}
+
+async function startOnce(options: ProxyProcessOptions): Promise<ProxyProcess> {
   const backend: TestServer = await tcpServer('127.0.0.1', (s) => s.end('pod'));
   const [health, metrics, healthCheck] = [await freePort(), await freePort(), await freePort()];
   const dir = await mkdtemp(join(tmpdir(), 'kup-proc-'));
@@ -85,6 +102,8 @@ export async function startProxyProcess(options: ProxyProcessOptions = {}): Prom
     '--bind-address=0.0.0.0',
     `--healthz-bind-address=127.0.0.1:${health}`,
     `--metrics-bind-address=127.0.0.1:${metrics}`,
+    // A health or metrics port someone took meanwhile ends the start (retried), never a stranger answering.
+    '--bind-address-hard-fail',
     ...(options.extraArgs ?? []),
   ];
   const child =
@@ -119,7 +138,14 @@ export async function startProxyProcess(options: ProxyProcessOptions = {}): Prom
     let proxy = 0;
     await waitFor(
       async () => {
-        if (!alive()) throw new Error(`the proxy exited (${child.exitCode}): ${stderr}`);
+        if (!alive()) {
+          const listen = lines.some(
+            (l) => (l.err as { code?: string } | undefined)?.code === 'KUP_ERR_LISTEN',
+          );
+          throw new (listen ? PortTaken : Error)(`the proxy exited (${child.exitCode}): ${stderr}`);
+        }
+        // The health check node port is the service health server's: one it could not bind is logged.
+        if (lines.some((l) => /EADDRINUSE/.test(JSON.stringify(l)))) throw new PortTaken('a port was taken');
         const opened = lines.find((l) => typeof l.proxyPort === 'number' && l.proxyPort > 0);
         if (opened !== undefined) proxy = opened.proxyPort as number;
         const up = await Promise.all([health, metrics, healthCheck].map((p) => answers(p)));
@@ -139,6 +165,7 @@ export async function startProxyProcess(options: ProxyProcessOptions = {}): Prom
     };
   } catch (err) {
     await stop();
+    if (err instanceof PortTaken) throw err;
     const last = lines.slice(-5).map((l) => JSON.stringify(l));
     throw new Error(`${(err as Error).message}; stderr: ${stderr}; last log lines: ${last.join('\n')}`);
   }

@@ -157,6 +157,10 @@ test('--state-file: the lock socket a killed proxy left behind does not keep the
   assert.equal(child.signalCode, 'SIGKILL');
   assert.ok((await lstat(`${stateFile}.lock`)).isSocket(), 'a stale lock socket');
   const proxy = await startManifestProxy(objects(1), { stateFile });
-  t.after(() => proxy.close());
-  assert.ok((await lstat(`${stateFile}.lock`)).isSocket());
+  try {
+    assert.ok((await lstat(`${stateFile}.lock`)).isSocket());
+  } finally {
+    // Closed here, before the directory goes: its last state-file write must not race the removal.
+    await proxy.close();
+  }
 });
