@@ -26,6 +26,11 @@ function isIPv4Mapped(canonical: string): boolean {
 // Each octet 0-255 with no leading zero (Go rejects "010.0.0.1" since 1.17; it would be octal elsewhere).
 const IPV4_STRICT = /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
 
+/** 127.0.0.0/8 or ::1, in canonical text (as sockets and validated objects give them). */
+export function isLoopbackIP(ip: string): boolean {
+  return ip.startsWith('127.') || ip === '::1';
+}
+
 /** The canonical text of a valid IP: IPv6 lower-cased and compressed (RFC 5952), IPv4 unchanged. */
 export function canonicalIP(ip: string): string {
   return ip.includes(':') ? new SocketAddress({ address: ip, family: 'ipv6' }).address : ip;

@@ -2,7 +2,7 @@
 // non-blocking, so that a FIFO without a writer does not park a thread-pool thread in open(2) (and with it
 // every later read, reload and shutdown), and refused unless it is a regular file: a FIFO, socket or
 // device has no end to wait for. I/O: this and nothing else.
-import { constants, type Stats } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readFileSync, type Stats } from 'node:fs';
 import { open } from 'node:fs/promises';
 
 /** The bytes of the regular file at `path` (symlinks followed). Throws a plain Error for anything else. */
@@ -14,6 +14,18 @@ export async function readRegularFile(path: string): Promise<Buffer> {
     return await handle.readFile();
   } finally {
     await handle.close();
+  }
+}
+
+/** The same, synchronously: for what is read once at start, before anything serves (the kubeconfig). */
+export function readRegularFileSync(path: string): Buffer {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const stats = fstatSync(fd);
+    if (!stats.isFile()) throw new Error(`not a regular file (${fileType(stats)}); refusing to read it`);
+    return readFileSync(fd);
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -2,6 +2,7 @@
 // as iptables-restore input: full texts and one-service deltas. Pure: no I/O, no clock. Same input, same bytes.
 import { BlockList, isIP } from 'node:net';
 import { joinHostPort } from '../lib/host-port.ts';
+import { isLoopbackIP } from '../lib/ip.ts';
 import { sameList } from '../lib/lists.ts';
 import type { PortalEndpoints, PortalSpec } from '../proxier/portal-programmer.ts';
 import { type IPFamily, type ServicePort, type ServicePortKey, samePortals } from '../state/service-port.ts';
@@ -624,7 +625,7 @@ function hostIPOf(ctx: RuleContext): string {
   if (isIP(ip) !== ipVersion(ctx.family))
     throw new TypeError(`hostIP "${ip}" is not an ${ctx.family} address`);
   // DNAT to loopback makes packets vanish (reference §1.3): the host side needs a real node address.
-  if (ip === '::1' || ip.startsWith('127.')) throw new TypeError(`hostIP ${ip} is loopback`);
+  if (isLoopbackIP(ip)) throw new TypeError(`hostIP ${ip} is loopback`);
   return ip;
 }
 

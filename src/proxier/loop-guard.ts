@@ -3,6 +3,7 @@
 // A connection sent there comes back to us and is sent there again: a forwarding loop. Such endpoints
 // are left out of the balancers, with one warning each. The decision is pure; LoopGuard holds the
 // current picture and the warnings already given.
+import { isLoopbackIP } from '../lib/ip.ts';
 import type { Logger } from '../lib/log.ts';
 import { type Endpoint, type EndpointKey, endpointKey } from '../state/endpoint.ts';
 import type { Protocol, ServicePort } from '../state/service-port.ts';
@@ -36,7 +37,7 @@ export const NO_LISTENERS: OwnListeners = {
 
 /** True for loopback, the unspecified addresses (a connect there reaches loopback), and `local`. */
 export function isLocalAddress(ip: string, local: ReadonlySet<string>): boolean {
-  return ip.startsWith('127.') || ip === '::1' || ip === '0.0.0.0' || ip === '::' || local.has(ip);
+  return isLoopbackIP(ip) || ip === '0.0.0.0' || ip === '::' || local.has(ip);
 }
 
 /** True when a connect to `ip` reaches a listener bound on `bindHost`. */

@@ -8,6 +8,7 @@
 // back to us) changes the destination and is not seen here: the per-service caps bound it.
 // Only clients on this host's own addresses are followed: no work for anyone else.
 import type net from 'node:net';
+import { isLoopbackIP } from '../lib/ip.ts';
 
 /**
  * A connection or UDP session may pass through this process this many times (the first included); one
@@ -24,10 +25,6 @@ export interface PassOwner {
 
 /** An upstream socket: whose it is, and the address and port it was sent to. */
 type Entry = { owner: PassOwner; toAddress: string; toPort: number };
-
-function isLoopback(address: string): boolean {
-  return address.startsWith('127.') || address === '::1';
-}
 
 /** An upstream socket's local address and port: the client address it has when it comes back to us. */
 function keyOf(address: string, port: number): string {
@@ -47,7 +44,7 @@ export class OwnTraffic {
 
   /** True for a loopback address or one of this host's: the only sources a loop can come from. */
   isLocal(address: string): boolean {
-    return isLoopback(address) || this.#local.has(address);
+    return isLoopbackIP(address) || this.#local.has(address);
   }
 
   /** Upstream TCP sockets registered (tests, debug). */

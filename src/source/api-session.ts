@@ -2,13 +2,13 @@
 // auth headers and a dispatcher computed by client-node, so rotated tokens and certificates are picked up;
 // requests whose failures name their URL, the API server's errors, and JSON bodies read within a bound.
 // Holds no state between requests.
-import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { HttpMethod, KubeConfig, RequestContext } from '@kubernetes/client-node';
 import { Agent, type Dispatcher, fetch, type Response } from 'undici';
 import { ProxyError } from '../lib/errors.ts';
 import { jsonSafe } from '../lib/printable.ts';
+import { readRegularFileSync } from '../lib/read-regular-file.ts';
 import { readYaml } from '../lib/safe-yaml.ts';
 import { linePosition } from '../lib/text-position.ts';
 import { VERSION } from '../lib/version.ts';
@@ -55,20 +55,12 @@ export function loadKubeConfig(options: { kubeconfig?: string; master?: string }
  * `optional`: a file that does not exist is client-node's to skip.
  */
 function checkKubeconfigFile(file: string, options: { optional?: boolean } = {}): void {
-  let fd: number;
-  try {
-    fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
-  } catch (err) {
-    if (options.optional && (err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw err;
-  }
   let text: string;
   try {
-    if (!fstatSync(fd).isFile())
-      throw new Error(`kubeconfig ${file}: not a regular file; refusing to read it`);
-    text = readFileSync(fd, 'utf8');
-  } finally {
-    closeSync(fd);
+    text = readRegularFileSync(file).toString('utf8');
+  } catch (err) {
+    if (options.optional && (err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw new Error(`kubeconfig ${file}: ${(err as Error).message}`, { cause: err });
   }
   const read = readYaml(text);
   if (read.error === undefined) return;

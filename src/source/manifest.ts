@@ -71,18 +71,17 @@ export class ManifestSource {
    */
   async start(): Promise<void> {
     const text = await this.#read();
-    const objects = await parseManifestAsync(
-      text,
-      this.path,
-      MANIFEST_SLICE_MS,
-      this.#documents,
-      this.#abort.signal,
-    );
+    const objects = await this.#parse(text);
     await this.#apply(objects);
     this.#hash = await hash(text);
     this.#intake.synced('Service');
     this.#intake.synced('EndpointSlice');
     this.#watch();
+  }
+
+  /** Parses the file's bytes in slices, reusing the documents of the last parse that did not change. */
+  #parse(text: Buffer) {
+    return parseManifestAsync(text, this.path, MANIFEST_SLICE_MS, this.#documents, this.#abort.signal);
   }
 
   async #read(): Promise<Buffer> {
@@ -151,13 +150,7 @@ export class ManifestSource {
           'KUP_ERR_MANIFEST_INVALID',
           'invalid manifest: the file is empty (being written?)',
         );
-      const objects = await parseManifestAsync(
-        text,
-        this.path,
-        MANIFEST_SLICE_MS,
-        this.#documents,
-        this.#abort.signal,
-      );
+      const objects = await this.#parse(text);
       this.#hash = h;
       await this.#apply(objects);
       this.lastError = undefined;

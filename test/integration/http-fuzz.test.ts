@@ -7,24 +7,13 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { test } from 'node:test';
 import { exchange, get, startProxyProcess } from '../helpers/proxy-process.ts';
+import { prng } from '../helpers/sniff.ts';
 
 const SEED = Number(process.env.KUP_FUZZ_SEED ?? 0x18_c0ffee);
 const MAX_REQUESTS = 400;
 const TIME_BUDGET_MS = 5000;
 const CONCURRENCY = 8;
 const CHECK_EVERY = 50;
-
-/** mulberry32: small, fast, and the same sequence for the same seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 type Rng = () => number;
 const int = (r: Rng, n: number) => Math.floor(r() * n);

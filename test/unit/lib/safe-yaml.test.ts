@@ -4,18 +4,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { AliasBudget, readYaml, YAML_LIMITS } from '../../../src/lib/safe-yaml.ts';
 import { linePosition } from '../../../src/lib/text-position.ts';
+import { aliasBomb } from '../../helpers/alias-bomb.ts';
 
-/** The classic bomb: `levels` levels of 9 aliases each. */
-function bomb(levels: number): string {
-  const names = 'abcdefghijkl';
-  let text = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n';
-  for (let i = 1; i < levels; i++) {
-    const name = names[i]!;
-    const prev = names[i - 1]!;
-    text += `${name}: &${name} [${Array(9).fill(`*${prev}`).join(',')}]\n`;
-  }
-  return text;
-}
+const bomb = aliasBomb;
 
 const refused = [
   {
