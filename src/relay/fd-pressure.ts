@@ -15,7 +15,7 @@ export type FdPressureOptions = {
   /** First shed period; doubles while descriptors stay short, up to `maxBackoffMs`. */
   baseBackoffMs: number;
   maxBackoffMs: number;
-  /** At most one log line per this interval (with the count of what it summarises). */
+  /** At most one log line per operation per this interval (with the count of what it summarises). */
   logIntervalMs: number;
 };
 
@@ -56,8 +56,13 @@ export class FdPressure implements Sweepable {
   shed = 0;
   #untilMs = 0;
   #backoffMs: number;
-  #loggedMs = Number.NEGATIVE_INFINITY;
-  #unlogged = 0;
+  /** Per operation, so that accepts failing are said at once even while connects were being logged. */
+  readonly #loggedMs: Record<FdOperation, number> = {
+    accept: Number.NEGATIVE_INFINITY,
+    connect: Number.NEGATIVE_INFINITY,
+    'udp-session': Number.NEGATIVE_INFINITY,
+  };
+  readonly #unlogged: Record<FdOperation, number> = { accept: 0, connect: 0, 'udp-session': 0 };
 
   constructor(
     log?: Logger,
@@ -88,20 +93,20 @@ export class FdPressure implements Sweepable {
       this.#untilMs = nowMs + this.#backoffMs;
       this.#backoffMs = Math.min(this.options.maxBackoffMs, this.#backoffMs * 2);
     }
-    this.#unlogged++;
-    if (this.#log !== undefined && nowMs - this.#loggedMs >= this.options.logIntervalMs) {
+    this.#unlogged[op]++;
+    if (this.#log !== undefined && nowMs - this.#loggedMs[op] >= this.options.logIntervalMs) {
       this.#log.warn(
         {
           operation: op,
           code: err?.code,
-          events: this.#unlogged,
+          events: this.#unlogged[op],
           shedForMs: this.#untilMs - nowMs,
           counts: { ...this.counts },
         },
         'Out of file descriptors, shedding new connections',
       );
-      this.#loggedMs = nowMs;
-      this.#unlogged = 0;
+      this.#loggedMs[op] = nowMs;
+      this.#unlogged[op] = 0;
     }
   }
 

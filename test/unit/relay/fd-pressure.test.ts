@@ -56,3 +56,18 @@ test('logs at most once per interval, with how many events the line stands for',
   assert.equal(second.code, 'EMFILE');
   assert.equal(second.events, 500);
 });
+
+test('each operation has its own log interval: accepts failing are said at once while connects were logged', () => {
+  const { lines, log } = recording();
+  const p = new FdPressure(log);
+  p.exhausted('connect', 0, emfile);
+  p.exhausted('connect', 100, emfile);
+  p.exhausted('accept', 200, emfile);
+  p.exhausted('accept', 300, emfile);
+  const said = lines.map((l) => JSON.parse(l) as { operation: string; counts: Record<string, number> });
+  assert.deepEqual(
+    said.map((l) => l.operation),
+    ['connect', 'accept'],
+  );
+  assert.equal(said[1]!.counts.accept, 1);
+});
