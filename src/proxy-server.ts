@@ -182,6 +182,7 @@ export class ProxyServer {
         },
         udpMaxTotalSessions: udpSessionCap(config.udpMaxSessionsTotal, this.#fdLimits),
         claimNodePorts: config.iptables,
+        proxyProtocol: config.proxyProtocol,
         outlier:
           config.outlierConsecutiveFailures > 0
             ? {

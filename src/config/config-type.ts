@@ -15,6 +15,10 @@ export type DetectLocalMode = (typeof DETECT_LOCAL_MODES)[number];
 export const TRACE_MODES = ['none', 'connections', 'protocols'] as const;
 export type TraceMode = (typeof TRACE_MODES)[number];
 
+/** --proxy-protocol and the per-Service annotation: the PROXY protocol header TCP endpoints get first. */
+export const PROXY_PROTOCOL_MODES = ['off', 'v1', 'v2'] as const;
+export type ProxyProtocolMode = (typeof PROXY_PROTOCOL_MODES)[number];
+
 /** --log-format: one JSON object a line, or readable lines. */
 export const LOG_FORMATS = ['json', 'text'] as const;
 
@@ -96,6 +100,8 @@ export type Config = {
   /** Our addition: how long shutdown waits for connections to finish. */
   shutdownGracePeriodMs: number;
   trace: TraceMode;
+  /** Our addition: the PROXY protocol header of Services without the annotation (--proxy-protocol). */
+  proxyProtocol: ProxyProtocolMode;
   /** Our addition: one log line per closed connection (--access-log). */
   accessLog: boolean;
   /** Our addition: recently closed connections kept for /debug/connections. */

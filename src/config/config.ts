@@ -3,7 +3,7 @@
 import type { Config } from './config-type.ts';
 import { SETTINGS } from './settings.ts';
 
-export type { Config, DetectLocalMode, TraceMode } from './config-type.ts';
+export type { Config, DetectLocalMode, ProxyProtocolMode, TraceMode } from './config-type.ts';
 export { DEFAULT_STATE_FILE, DETECT_LOCAL_MODES, NODE_PORT_ADDRESSES_PRIMARY } from './config-type.ts';
 
 /** Every setting's default (kube-proxy's where it has one). */

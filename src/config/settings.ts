@@ -5,7 +5,13 @@ import { joinHostPort } from '../lib/host-port.ts';
 import type { Codec } from './codecs.ts';
 import { boolean, choice, duration, INT32_MAX, int, list, nonNegative, plain, text } from './codecs.ts';
 import type { Config } from './config-type.ts';
-import { DEFAULT_STATE_FILE, DETECT_LOCAL_MODES, LOG_FORMATS, TRACE_MODES } from './config-type.ts';
+import {
+  DEFAULT_STATE_FILE,
+  DETECT_LOCAL_MODES,
+  LOG_FORMATS,
+  PROXY_PROTOCOL_MODES,
+  TRACE_MODES,
+} from './config-type.ts';
 import {
   CONTENT_TYPES,
   checkBindAddress,
@@ -302,6 +308,12 @@ export const SETTINGS: readonly Setting[] = [
     default: 'protocols',
     codec: choice(TRACE_MODES),
     help: 'none; connections (the connection table); protocols (also sniff the first bytes)',
+  }),
+  row('proxyProtocol', {
+    flag: 'proxy-protocol',
+    default: 'off',
+    codec: choice(PROXY_PROTOCOL_MODES),
+    help: 'PROXY protocol header (v1 text, v2 binary) sent to the endpoints of TCP Services without the kube-userspace-proxy.io/proxy-protocol annotation; off = none',
   }),
   row('tcpIdleTimeoutMs', {
     flag: 'tcp-idle-timeout',

@@ -67,7 +67,7 @@ export function maskCIDR(cidr: string): string {
 }
 
 /** The eight 16-bit words of a valid IPv6 address (with `::` and a trailing dotted IPv4 part). */
-function ipv6Words(ip: string): number[] {
+export function ipv6Words(ip: string): number[] {
   let text = ip;
   const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
   if (dotted) {

@@ -13,5 +13,7 @@ export const PROXY_LABEL_SELECTOR = `!${LABEL_HEADLESS},!${LABEL_SERVICE_PROXY_N
 export const ANNOTATION_LAST_CHANGE_TRIGGER_TIME = 'endpoints.kubernetes.io/last-change-trigger-time';
 /** Ours: per-Service override of --trace (none | connections | protocols). */
 export const ANNOTATION_TRACE = 'kube-userspace-proxy.io/trace';
+/** Ours: per-Service override of --proxy-protocol (off | v1 | v2). */
+export const ANNOTATION_PROXY_PROTOCOL = 'kube-userspace-proxy.io/proxy-protocol';
 /** Node label holding the zone, for topology hints. */
 export const LABEL_TOPOLOGY_ZONE = 'topology.kubernetes.io/zone';

@@ -130,7 +130,8 @@ export class IptablesPortals implements PortalProgrammer {
    * Proxy ports found in the rules a previous process left, read from the container-side NAT rules'
    * comments and REDIRECT/DNAT targets: `ns/name:port/PROTO` → the port serving the cluster-wide list
    * (comment `ns/name:port`), `ns/name:port/PROTO/local` → the second listener serving the node-local
-   * list (comment `ns/name:port/local`). NodePort rules count too: under externalTrafficPolicy Local
+   * list (comment `ns/name:port/local`), `ns/name:port/PROTO/to/<via>[/local]` → the listeners of one
+   * external destination (PROXY protocol). NodePort rules count too: under externalTrafficPolicy Local
    * they may be the only ones naming the local listener.
    */
   async previousProxyPorts(): Promise<Map<string, number>> {
@@ -154,18 +155,17 @@ export class IptablesPortals implements PortalProgrammer {
           argValue(args, '--to-ports') ?? argValue(args, '--to-destination')?.replace(/^.*:/, '');
         const port = Number(target);
         if (comment === undefined || proto === undefined || !Number.isInteger(port) || port <= 0) continue;
-        // A service port name holds no `/` after its namespace, so `/local` is never part of one.
-        const local = comment.endsWith(LOCAL_SUFFIX);
-        const name = local ? comment.slice(0, -LOCAL_SUFFIX.length) : comment;
-        out.set(`${name}/${proto.toUpperCase()}${local ? LOCAL_SUFFIX : ''}`, port);
+        // A service port name holds no `/` after its namespace's: what follows a second one is the
+        // listener's suffix (`/local`, `/to/<via>[/local]`: rules.ts targetSuffix).
+        const end = comment.indexOf('/', comment.indexOf('/') + 1);
+        const name = end < 0 ? comment : comment.slice(0, end);
+        const suffix = end < 0 ? '' : comment.slice(end);
+        out.set(`${name}/${proto.toUpperCase()}${suffix}`, port);
       }
     }
     return out;
   }
 }
-
-/** The comment suffix of the rules that go to the local-list listener (rules.ts). */
-const LOCAL_SUFFIX = '/local';
 
 function argValue(args: readonly string[], flag: string): string | undefined {
   const i = args.indexOf(flag);

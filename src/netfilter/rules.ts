@@ -4,7 +4,7 @@ import { BlockList, isIP } from 'node:net';
 import { joinHostPort } from '../lib/host-port.ts';
 import { isLoopbackIP } from '../lib/ip.ts';
 import { sameList } from '../lib/lists.ts';
-import type { PortalEndpoints, PortalSpec } from '../proxier/portal-programmer.ts';
+import { type PortalEndpoints, type PortalSpec, VIA_NODE_PORT } from '../proxier/portal-programmer.ts';
 import { type IPFamily, type ServicePort, type ServicePortKey, samePortals } from '../state/service-port.ts';
 import {
   CHAINS,
@@ -84,8 +84,9 @@ export function restoreText(text: RestoreText): string {
 /**
  * A listener NAT rules send traffic to. `local`: it is the second listener (`localProxyPort`, serving the
  * node-local list); its rules carry the comment `<name>/local`, which previousProxyPorts reads back.
+ * `via`: it is the listener of one external destination (portalPorts), comment `<name>/to/<via>[/local]`.
  */
-export type PortalTarget = { readonly port: number; readonly local: boolean };
+export type PortalTarget = { readonly port: number; readonly local: boolean; readonly via?: string };
 
 /** What a traffic kind without a target gets in the filter table (kube-proxy's choice). */
 export type FilterVerdict = 'REJECT' | 'DROP';
@@ -109,15 +110,20 @@ export type PortalTargets = {
  * by `proxyPort`; the node-local one by `localProxyPort`, or by `proxyPort` when the service port uses
  * only the local list (then localProxyPort is 0). A list that is empty is no target.
  */
-export function portalTargets(spec: PortalSpec, family: IPFamily): PortalTargets {
+export function portalTargets(spec: PortalSpec, family: IPFamily, via?: string): PortalTargets {
   const sp = spec.servicePort;
   const eps = spec.endpoints[family];
-  const cluster: PortalTarget | undefined = eps.cluster ? { port: spec.proxyPort, local: false } : undefined;
+  // An external destination with listeners of its own (`via`): they stand in for the service port's.
+  const own = via === undefined ? undefined : spec.portalPorts?.get(via);
+  const proxyPort = own?.proxyPort ?? spec.proxyPort;
+  const localProxyPort = own === undefined ? spec.localProxyPort : own.localProxyPort;
+  const at = own === undefined ? undefined : via;
+  const cluster: PortalTarget | undefined = eps.cluster ? target(proxyPort, false, at) : undefined;
   const local: PortalTarget | undefined = !eps.local
     ? undefined
-    : spec.localProxyPort !== 0
-      ? { port: spec.localProxyPort, local: true }
-      : { port: spec.proxyPort, local: false };
+    : localProxyPort !== 0
+      ? target(localProxyPort, true, at)
+      : target(proxyPort, false, at);
   const internal = sp.internalPolicyLocal ? local : cluster;
   const external = sp.externalPolicyLocal ? local : cluster;
   const verdict = (t: PortalTarget | undefined): FilterVerdict | undefined =>
@@ -129,6 +135,15 @@ export function portalTargets(spec: PortalSpec, family: IPFamily): PortalTargets
     internalFilter: verdict(internal),
     externalFilter: verdict(external),
   };
+}
+
+function target(port: number, local: boolean, via: string | undefined): PortalTarget {
+  return via === undefined ? { port, local } : { port, local, via };
+}
+
+/** The comment suffix of the rules that go to `t` (previousProxyPorts reads it back). */
+export function targetSuffix(t: PortalTarget): string {
+  return `${t.via === undefined ? '' : `/to/${t.via}`}${t.local ? '/local' : ''}`;
 }
 
 /**
@@ -153,8 +168,10 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
   const targets = portalTargets(spec, ctx.family);
   const proto = sp.protocol === 'TCP' ? 'tcp' : 'udp';
   const name = sanitizeComment(sp.name);
-  const comment = (t: PortalTarget) =>
-    `-m comment --comment ${t.local ? `${name.slice(0, MAX_COMMENT_LENGTH - 6)}/local` : name}`;
+  const comment = (t: PortalTarget) => {
+    const suffix = targetSuffix(t);
+    return `-m comment --comment ${suffix === '' ? name : `${name.slice(0, MAX_COMMENT_LENGTH - suffix.length)}${suffix}`}`;
+  };
   const match = (t: PortalTarget, port: number) => `${comment(t)} -p ${proto} -m ${proto} --dport ${port}`;
   const dst = (ip: string) => `-d ${ip}/${v === 4 ? 32 : 128}`;
   const bindIP = specificBindIP(ctx);
@@ -212,6 +229,7 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
    * (undefined: every source), with `fromNode` the extra source the node itself may use (allowFromNode).
    */
   const external = (
+    targets: PortalTargets,
     chains: { container: Chain; host: Chain },
     port: number,
     destination: string,
@@ -257,7 +275,7 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
   // Every source, from pods and from the node alike (current kube-proxy; no physdev/addrtype condition).
   for (const ip of sp.externalIPs) {
     if (isIP(ip) !== v) continue;
-    external(portalChains(ip), sp.port, dst(ip), undefined, undefined);
+    external(portalTargets(spec, ctx.family, ip), portalChains(ip), sp.port, dst(ip), undefined, undefined);
     rejectExternal(sp.port, dst(ip));
   }
 
@@ -269,6 +287,7 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
   for (const ip of sp.loadBalancerIPs) {
     if (isIP(ip) !== v) continue;
     external(
+      portalTargets(spec, ctx.family, ip),
       portalChains(ip),
       sp.port,
       dst(ip),
@@ -287,10 +306,12 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
   }
 
   if (sp.nodePort !== 0 && validPort(sp.nodePort)) {
+    const nodePortTargets = portalTargets(spec, ctx.family, VIA_NODE_PORT);
     // NodePorts are not subject to loadBalancerSourceRanges (as kube-proxy).
     for (const ip of nodePortDestinations(ctx)) {
       const destination = ip === undefined ? '' : dst(ip);
       external(
+        nodePortTargets,
         { container: KUBE_NODEPORT_CONTAINER, host: KUBE_NODEPORT_HOST },
         sp.nodePort,
         destination,
@@ -307,6 +328,12 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
   const listeners: PortalTarget[] = [{ port: proxyPort, local: false }];
   if (localProxyPort !== 0 && localProxyPort !== proxyPort)
     listeners.push({ port: localProxyPort, local: true });
+  for (const [via, ports] of spec.portalPorts ?? []) {
+    if (ports.proxyPort !== 0 && validPort(ports.proxyPort))
+      listeners.push({ port: ports.proxyPort, local: false, via });
+    if (ports.localProxyPort !== 0 && validPort(ports.localProxyPort))
+      listeners.push({ port: ports.localProxyPort, local: true, via });
+  }
   for (const t of listeners)
     filterRules.push({
       table: 'filter',

@@ -3,6 +3,7 @@
 // is skipped and another tried. The caller keeps the listener and gives its port back with release().
 import { ProxyError } from '../lib/errors.ts';
 import type { Logger } from '../lib/log.ts';
+import type { OriginalDestination } from '../relay/original-destination.ts';
 import type { ServicePortContext } from '../relay/service-context.ts';
 import { type ServicePortKey, servicePortKey } from '../state/service-port.ts';
 import type { PortAllocator } from './port-allocator.ts';
@@ -66,9 +67,15 @@ export class PortBinder {
   /**
    * A listener for `context` bound on `planned` (already allocated) when given, else on the preferred
    * port of `preferredKey`, else on one from the allocator. Throws KUP_ERR_LISTEN (or the allocator's
-   * KUP_ERR_PORT_RANGE_EXHAUSTED) with every port it tried given back.
+   * KUP_ERR_PORT_RANGE_EXHAUSTED) with every port it tried given back. `destination`: which portal's
+   * traffic the rules send it (the listener factory's).
    */
-  async listen(context: ServicePortContext, preferredKey: string, planned?: number): Promise<BoundPort> {
+  async listen(
+    context: ServicePortContext,
+    preferredKey: string,
+    planned?: number,
+    destination?: OriginalDestination,
+  ): Promise<BoundPort> {
     const attempts = this.#allocator.isKernelChosen ? 1 : this.#bindAttempts;
     const busy = new Set<number>();
     let lastError: unknown;
@@ -78,7 +85,7 @@ export class PortBinder {
       (planned !== undefined || this.#allocator.isKernelChosen || this.#allocator.allocate(preferred))
     ) {
       try {
-        const listener = await this.#bind(context, preferred);
+        const listener = await this.#bind(context, preferred, destination);
         return { listener, port: listener.port };
       } catch (err) {
         busy.add(preferred);
@@ -94,7 +101,7 @@ export class PortBinder {
         break; // every free port of the range is held by someone else
       }
       try {
-        const listener = await this.#bind(context, port);
+        const listener = await this.#bind(context, port, destination);
         return { listener, port: listener.port };
       } catch (err) {
         lastError = err;
@@ -118,9 +125,13 @@ export class PortBinder {
   }
 
   /** A new listener bound on `port`; on failure the port goes back to the allocator and the error is thrown. */
-  async #bind(context: ServicePortContext, port: number): Promise<ServicePortListener> {
+  async #bind(
+    context: ServicePortContext,
+    port: number,
+    destination: OriginalDestination | undefined,
+  ): Promise<ServicePortListener> {
     const host = this.#host();
-    const listener = this.#listeners(context, host, false);
+    const listener = this.#listeners(context, host, false, destination);
     try {
       await listener.listen(host, port);
       return listener;

@@ -16,6 +16,12 @@ export type PortalEndpoints = {
   readonly local: boolean;
 };
 
+/** The listeners an external destination's traffic goes to: the cluster-wide list's, and the local's. */
+export type PortalPorts = { readonly proxyPort: number; readonly localProxyPort: number };
+
+/** The `via` of the NodePort's listeners in portalPorts (an IP is the via of the others). */
+export const VIA_NODE_PORT = 'node';
+
 /**
  * A service port and the listeners its traffic goes to. `proxyPort` serves the cluster-wide endpoint
  * list; a service port that uses only the local list (internalTrafficPolicy Local, not externally
@@ -33,6 +39,12 @@ export type PortalSpec = {
   readonly localProxyPort: number;
   /** Per family: a dual-stack service's families are programmed (and REJECTed) separately. */
   readonly endpoints: { readonly IPv4: PortalEndpoints; readonly IPv6: PortalEndpoints };
+  /**
+   * External destinations with listeners of their own (a service port that sends the PROXY protocol:
+   * portal-listeners.ts), by `via` (the IP, or `node` for the NodePort): their traffic goes there
+   * instead, as it would to proxyPort / localProxyPort. Absent or empty: none.
+   */
+  readonly portalPorts?: ReadonlyMap<string, PortalPorts>;
 };
 
 /** Writes the rules that send service traffic to proxy ports (iptables), or nothing (--no-iptables). */

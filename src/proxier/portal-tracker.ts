@@ -57,6 +57,7 @@ export class PortalTracker {
       cached !== undefined &&
       cached.proxyPort === rt.proxyPort &&
       cached.localProxyPort === localProxyPort &&
+      cached.portalPorts === rt.portalPorts &&
       unclaimed !== (cached.servicePort === sp)
     )
       return cached;
@@ -65,6 +66,7 @@ export class PortalTracker {
       proxyPort: rt.proxyPort,
       localProxyPort,
       endpoints: rt.endpoints,
+      portalPorts: rt.portalPorts,
     };
     this.#cache.set(sp.key, portal);
     return portal;

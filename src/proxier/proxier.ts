@@ -3,6 +3,7 @@
 // affinity to their balancers in place, holds NodePorts (node-port-claims.ts), and has the portal
 // programmer write the rules (portal-tracker.ts). One sync at a time; the sync loop decides when.
 
+import type { ProxyProtocolMode } from '../config/config.ts';
 import type { Clock } from '../lib/clock.ts';
 import { realClock } from '../lib/clock.ts';
 import { isProxyError, ProxyError } from '../lib/errors.ts';
@@ -75,6 +76,8 @@ export type ProxierOptions = {
   nodePortHosts?: () => readonly string[] | undefined;
   /** UDP sessions across all service ports (the idlest is evicted past it); undefined or 0 = no cap. */
   udpMaxTotalSessions?: number;
+  /** --proxy-protocol: the header of TCP service ports without the annotation; default off. */
+  proxyProtocol?: ProxyProtocolMode;
 };
 
 export type ProxierDeps = {
@@ -195,6 +198,8 @@ export class Proxier {
       observerFor: deps.observerFor ?? (() => noopObserver),
       log: deps.log,
       loopGuard: this.#loopGuard,
+      portals: this.#portals.enabled,
+      proxyProtocolDefault: options.proxyProtocol ?? 'off',
     };
   }
 
@@ -204,6 +209,7 @@ export class Proxier {
     for (const [key, rt] of this.#services) {
       out.set(key, rt.proxyPort);
       if (rt.hasLocal) out.set(localProxyPortKey(key), rt.localProxyPort);
+      for (const [portalKey, port] of rt.portalProxyPorts()) out.set(portalKey, port);
     }
     return out;
   }
@@ -337,6 +343,7 @@ export class Proxier {
         this.#update(rt, servicePort, snapshot.endpoints.get(key));
         if (needsLocalListener(servicePort) !== rt.hasLocal)
           await this.#reconcileLocal(rt, snapshot.endpoints.get(key));
+        if (this.#services.get(key) === rt) await this.#reconcilePortals(rt);
       }
       if (this.#closed) return undefined;
     }
@@ -464,7 +471,11 @@ export class Proxier {
     // No service port starts or stops meanwhile: only this sync does that.
     const running = [...this.#services.values()];
     for (const rt of running) {
-      builder.add(rt.servicePort, [rt.proxyPort, rt.localProxyPort]);
+      builder.add(rt.servicePort, [
+        rt.proxyPort,
+        rt.localProxyPort,
+        ...rt.portalProxyPorts().map(([, port]) => port),
+      ]);
       if (yielder.due) await yielder.turn();
       if (this.#closed) return;
     }
@@ -578,6 +589,29 @@ export class Proxier {
       await this.#stop(rt);
       this.#recordFailure(sp, err);
     }
+  }
+
+  /**
+   * Opens or closes the listeners of external destinations after the PROXY protocol, the Service's
+   * IPs, its NodePort or a traffic policy changed. A failure stops the whole service port (its
+   * headers would name the wrong destination), which is retried at the next sync.
+   */
+  async #reconcilePortals(rt: ServicePortRuntime): Promise<void> {
+    const sp = rt.servicePort;
+    try {
+      if (!(await rt.reconcilePortals())) return;
+    } catch (err) {
+      await this.#stop(rt);
+      this.#recordFailure(sp, err);
+      return;
+    }
+    this.#portals.invalidate(sp.key);
+    this.#portsChanged = true;
+    if (this.#closed) return;
+    this.#log.info(
+      { service: sp.key, portalProxyPorts: Object.fromEntries(rt.portalProxyPorts()) },
+      'Service port listeners of external destinations changed',
+    );
   }
 
   #update(

@@ -4,6 +4,7 @@
 import type { Logger } from '../lib/log.ts';
 import type { FdPressure } from '../relay/fd-pressure.ts';
 import type { KeepAliveSweeper } from '../relay/keepalive.ts';
+import type { OriginalDestination } from '../relay/original-destination.ts';
 import type { OwnTraffic } from '../relay/own-traffic.ts';
 import type { ServicePortContext } from '../relay/service-context.ts';
 import type { Sweeper } from '../relay/sweeper.ts';
@@ -32,11 +33,14 @@ export interface ServicePortListener {
 /**
  * Makes an unbound listener serving `context` (read once per connection: the proxier updates its
  * balancers in place). `host` and `ipv6Only` are where it will listen: a UDP socket's type depends on them.
+ * `destination`: which portal's traffic the rules send it (a TCP listener's PROXY protocol header says
+ * so); by default its own address.
  */
 export type ListenerFactory = (
   context: ServicePortContext,
   host: string,
   ipv6Only: boolean,
+  destination?: OriginalDestination,
 ) => ServicePortListener;
 
 export type RelayListenerOptions = { tcp: TcpRelayOptions; udp: UdpRelayOptions };
@@ -58,8 +62,8 @@ export type RelayListenerDeps = {
 
 /** The real relays: a TcpListener or a UdpListener by the context's protocol. */
 export function relayListeners(options: RelayListenerOptions, deps: RelayListenerDeps): ListenerFactory {
-  return (context, host, ipv6Only) => {
-    if (context.protocol === 'TCP') return new TcpListener(context, options.tcp, deps);
+  return (context, host, ipv6Only, destination) => {
+    if (context.protocol === 'TCP') return new TcpListener(context, options.tcp, deps, destination);
     return new UdpListener(context, options.udp, deps, host.includes(':') ? 'udp6' : 'udp4', ipv6Only);
   };
 }

@@ -1,7 +1,9 @@
 // What runs for one service port: its primary listener (the cluster-wide list, or the local one when
-// it is the only one used), the local list's second listener when it uses both, their per-family
+// it is the only one used), the local list's second listener when it uses both, the listeners of its
+// external destinations when it sends the PROXY protocol (portal-listeners.ts), their per-family
 // balancers, and what the rules know of its endpoints. Binds through the port binder; writes no rules.
 
+import type { ProxyProtocolMode } from '../config/config.ts';
 import { sameList } from '../lib/lists.ts';
 import type { Logger } from '../lib/log.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
@@ -23,6 +25,14 @@ import {
 import type { LoopGuard } from './loop-guard.ts';
 import type { PortBinder } from './port-binder.ts';
 import { type FamilyPortalEndpoints, portalEndpoints } from './portal-endpoints.ts';
+import {
+  ownListenerDestination,
+  type PortalListenerSpec,
+  portalListenerSpecs,
+  proxyProtocolOf,
+  proxyProtocolSettings,
+} from './portal-listeners.ts';
+import type { PortalPorts } from './portal-programmer.ts';
 import type { ServicePortListener } from './service-port-listener.ts';
 
 /** The contexts the proxier builds: of its own balancers, whose endpoints and affinity it sets. */
@@ -54,6 +64,10 @@ export type ServicePortStatus = {
   portalEndpoints: FamilyPortalEndpoints;
   /** Endpoints left out of the balancers because they lead back to this proxy (loop-guard.ts). */
   loopEndpoints: readonly EndpointKey[];
+  /** The PROXY protocol version its TCP connections send; undefined: none. */
+  proxyProtocol: 'v1' | 'v2' | undefined;
+  /** The listeners of its external destinations (PROXY protocol with rules), by `via` (IP or `node`). */
+  portalPorts: ReadonlyMap<string, PortalPorts>;
 };
 
 /** What a runtime needs besides its service port: where ports come from, balancer settings, the tracer. */
@@ -64,6 +78,10 @@ export type RuntimeDeps = {
   log: Logger;
   /** Leaves out the endpoints that lead back to this proxy. */
   loopGuard: LoopGuard;
+  /** Rules send traffic to the listeners (false with --no-iptables): destinations are told apart. */
+  portals: boolean;
+  /** --proxy-protocol: for service ports without the annotation. */
+  proxyProtocolDefault: ProxyProtocolMode;
 };
 
 const NO_KEYS: readonly EndpointKey[] = [];
@@ -73,6 +91,11 @@ const refusedScratch = new Set<EndpointKey>();
 
 /** A listener and what it serves: the second one of a service port that uses both endpoint lists. */
 type PolicyListener = { context: RelayContext; listener: ServicePortListener; proxyPort: number };
+
+/** A listener of one external destination, and the context (of one of the lists) it shares. */
+type PortalListener = PolicyListener & { readonly spec: PortalListenerSpec };
+
+const NO_PORTAL_PORTS: ReadonlyMap<string, PortalPorts> = new Map();
 
 export class ServicePortRuntime {
   servicePort: ServicePort;
@@ -85,6 +108,10 @@ export class ServicePortRuntime {
   /** Endpoints left out because they lead back to this proxy. */
   loopEndpoints: readonly EndpointKey[] = NO_KEYS;
   #local: PolicyListener | undefined;
+  /** By key (portalListenerKey). */
+  readonly #portalListeners = new Map<string, PortalListener>();
+  /** Their ports by destination, for the rules; a new object whenever a listener comes or goes. */
+  portalPorts: ReadonlyMap<string, PortalPorts> = NO_PORTAL_PORTS;
   /** The last endpoints handed over, to filter again when our listeners change. */
   #eps: ServicePortEndpoints | undefined;
   readonly #deps: RuntimeDeps;
@@ -118,9 +145,10 @@ export class ServicePortRuntime {
   ): Promise<ServicePortRuntime> {
     const stats = newServicePortStats();
     const observer = deps.observerFor(sp);
-    const context = newContext(sp, stats, observer, deps.outlier);
+    const context = newContext(sp, stats, observer, deps);
     setFamilyEndpoints(context.balancers, deps.loopGuard.filter(sp, primaryList(sp, endpoints), new Set()));
-    const { listener, port } = await deps.binder.listen(context, sp.key, planned);
+    const destination = ownListenerDestination(deps.portals);
+    const { listener, port } = await deps.binder.listen(context, sp.key, planned, destination);
     let local: PolicyListener | undefined;
     if (needsLocalListener(sp)) {
       try {
@@ -132,9 +160,57 @@ export class ServicePortRuntime {
       }
     }
     const rt = new ServicePortRuntime(sp, { context, listener, proxyPort: port }, local, endpoints, deps);
+    try {
+      await rt.reconcilePortals();
+    } catch (err) {
+      rt.destroy();
+      rt.releasePorts();
+      throw err;
+    }
     // The same lists again (no change): what was left out is recorded.
     rt.setEndpoints(endpoints);
     return rt;
+  }
+
+  /**
+   * Opens the listeners of external destinations the service port now needs and closes those it no
+   * longer does (the PROXY protocol turned on or off, an IP or the NodePort added or removed, a
+   * traffic policy change). True when any came or went: the rules must follow. Throws the binder's
+   * error (those opened before stay: the caller stops the whole service port).
+   */
+  async reconcilePortals(): Promise<boolean> {
+    const sp = this.servicePort;
+    const wanted = new Map<string, { spec: PortalListenerSpec; context: RelayContext }>();
+    for (const spec of portalListenerSpecs(
+      sp,
+      proxyProtocolOf(sp, this.#deps.proxyProtocolDefault),
+      this.#deps.portals,
+    )) {
+      const context = spec.list === 'local' ? this.#local?.context : this.context;
+      if (context !== undefined) wanted.set(spec.key, { spec, context });
+    }
+    let changed = false;
+    for (const [key, pl] of this.#portalListeners) {
+      const want = wanted.get(key);
+      if (want !== undefined && want.context === pl.context) continue;
+      this.#portalListeners.delete(key);
+      await pl.listener.close();
+      this.#deps.binder.release(pl.proxyPort);
+      changed = true;
+    }
+    for (const [key, { spec, context }] of wanted) {
+      if (this.#portalListeners.has(key)) continue;
+      const { listener, port } = await this.#deps.binder.listen(context, key, undefined, spec.destination);
+      this.#portalListeners.set(key, { context, listener, proxyPort: port, spec });
+      changed = true;
+    }
+    if (changed) this.portalPorts = portalPortsOf(this.#portalListeners.values());
+    return changed;
+  }
+
+  /** Every proxy port of the listeners of external destinations, keyed as the state file keeps them. */
+  portalProxyPorts(): [string, number][] {
+    return [...this.#portalListeners].map(([key, pl]) => [key, pl.proxyPort]);
   }
 
   /** The local list's proxy port; 0 without a second listener. */
@@ -217,6 +293,10 @@ export class ServicePortRuntime {
       this.context.observer = this.#deps.observerFor(sp);
       if (this.#local !== undefined) this.#local.context.observer = this.context.observer;
     }
+    // New connections only: each reads it once, at accept.
+    const pp = proxyProtocolSettings(sp, proxyProtocolOf(sp, this.#deps.proxyProtocolDefault));
+    this.context.proxyProtocol = pp;
+    if (this.#local !== undefined) this.#local.context.proxyProtocol = pp;
     return this.setEndpoints(eps);
   }
 
@@ -258,24 +338,31 @@ export class ServicePortRuntime {
   async close(): Promise<void> {
     await this.listener.close();
     await this.#local?.listener.close();
+    for (const pl of this.#portalListeners.values()) await pl.listener.close();
     this.releasePorts();
   }
 
   /** Resolves once its listeners have no connection left. */
   async drained(): Promise<void> {
-    await Promise.all([this.listener.drained(), this.#local?.listener.drained()]);
+    await Promise.all([
+      this.listener.drained(),
+      this.#local?.listener.drained(),
+      ...[...this.#portalListeners.values()].map((pl) => pl.listener.drained()),
+    ]);
   }
 
   /** Gives the ports back to the allocator (the listeners may still drain). */
   releasePorts(): void {
     this.#deps.binder.release(this.proxyPort);
     if (this.#local !== undefined) this.#deps.binder.release(this.#local.proxyPort);
+    for (const pl of this.#portalListeners.values()) this.#deps.binder.release(pl.proxyPort);
   }
 
   /** Tears down the listeners and their connections now (the ports are not given back). */
   destroy(): void {
     this.listener.destroy();
     this.#local?.listener.destroy();
+    for (const pl of this.#portalListeners.values()) pl.listener.destroy();
   }
 
   status(): ServicePortStatus {
@@ -289,6 +376,8 @@ export class ServicePortRuntime {
       localEndpoints: local === undefined ? [] : familyEndpoints(local.context.balancers),
       portalEndpoints: this.endpoints,
       loopEndpoints: this.loopEndpoints,
+      proxyProtocol: this.context.proxyProtocol?.version,
+      portalPorts: this.portalPorts,
     };
   }
 
@@ -314,9 +403,9 @@ function newContext(
   sp: ServicePort,
   stats: ServicePortStats,
   observer: ConnectionObserver,
-  outlier: OutlierOptions | undefined,
+  deps: RuntimeDeps,
 ): RelayContext {
-  const balancers = newFamilyBalancers(sp, outlier);
+  const balancers = newFamilyBalancers(sp, deps.outlier);
   return {
     name: sp.name,
     protocol: sp.protocol,
@@ -324,7 +413,20 @@ function newContext(
     balancers,
     stats,
     observer,
+    proxyProtocol: proxyProtocolSettings(sp, proxyProtocolOf(sp, deps.proxyProtocolDefault)),
   };
+}
+
+/** The ports of the listeners of external destinations, by destination (`via`). */
+function portalPortsOf(listeners: Iterable<PortalListener>): ReadonlyMap<string, PortalPorts> {
+  const out = new Map<string, { proxyPort: number; localProxyPort: number }>();
+  for (const pl of listeners) {
+    const ports = out.get(pl.spec.via) ?? { proxyPort: 0, localProxyPort: 0 };
+    if (pl.spec.list === 'local') ports.localProxyPort = pl.proxyPort;
+    else ports.proxyPort = pl.proxyPort;
+    out.set(pl.spec.via, ports);
+  }
+  return out.size === 0 ? NO_PORTAL_PORTS : out;
 }
 
 async function openLocal(
@@ -334,9 +436,14 @@ async function openLocal(
   endpoints: ServicePortEndpoints | undefined,
   deps: RuntimeDeps,
 ): Promise<PolicyListener> {
-  const context = newContext(sp, stats, observer, deps.outlier);
+  const context = newContext(sp, stats, observer, deps);
   setFamilyEndpoints(context.balancers, deps.loopGuard.filter(sp, endpoints?.local ?? [], new Set()));
-  const { listener, port } = await deps.binder.listen(context, localProxyPortKey(sp.key));
+  const { listener, port } = await deps.binder.listen(
+    context,
+    localProxyPortKey(sp.key),
+    undefined,
+    ownListenerDestination(deps.portals),
+  );
   return { context, listener, proxyPort: port };
 }
 

@@ -4,6 +4,7 @@
 import type { Balancer } from '../loadbalancer/balancer.ts';
 import type { ServicePortName } from '../state/service-port.ts';
 import type { ConnectionObserver } from './observer.ts';
+import type { ProxyProtocolVersion } from './proxy-protocol.ts';
 
 export type ServicePortStats = {
   /** TCP connections accepted / UDP sessions opened. */
@@ -65,6 +66,20 @@ export type ServicePortContext<B extends Balancer = Balancer> = {
   readonly balancers: FamilyBalancers<B>;
   readonly stats: ServicePortStats;
   observer: ConnectionObserver;
+  /**
+   * The PROXY protocol header new TCP connections send their endpoint first, and what it says of
+   * the service port; undefined: none. Swapped by the proxier when the Service changes.
+   */
+  proxyProtocol?: ProxyProtocolSettings | undefined;
+};
+
+/** What a PROXY protocol header says of the service port besides the client (original-destination.ts). */
+export type ProxyProtocolSettings = {
+  readonly version: ProxyProtocolVersion;
+  /** The ClusterIP of each family ('' for a family the service port has none of). */
+  readonly clusterIPs: { readonly IPv4: string; readonly IPv6: string };
+  readonly port: number;
+  readonly nodePort: number;
 };
 
 /** Counts one rejected connection or session under `reason`. */

@@ -19,8 +19,14 @@ import {
 import type { ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { noopObserver } from './observer.ts';
 import { observerFailed } from './observer-failure.ts';
+import {
+  LISTENER_DESTINATION,
+  type OriginalDestination,
+  originalDestination,
+} from './original-destination.ts';
 import { MAX_PASSES, OwnTraffic, type PassOwner } from './own-traffic.ts';
-import type { ServicePortContext } from './service-context.ts';
+import { proxyProtocolHeader } from './proxy-protocol.ts';
+import type { ProxyProtocolSettings, ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
 import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
 
@@ -136,6 +142,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   tracked = false;
   /** The upstream socket's registration in OwnTraffic; '' when none. */
   ownKey = '';
+  /** The PROXY protocol header's settings, as they were at accept (a change applies to new connections). */
+  readonly proxyProtocol: ProxyProtocolSettings | undefined;
   /** When the stall sweep first saw the client paused with no byte moving; 0 = not stalled. */
   stallSinceMs = 0;
   /** Bytes read from both sides at that sweep. */
@@ -151,6 +159,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
     this.balancer = listener.context.balancers[clientFamily(this.clientAddress)];
     this.clientPort = client.remotePort ?? 0;
     this.startMs = now;
+    this.proxyProtocol = listener.context.proxyProtocol;
   }
 
   get service() {
@@ -283,6 +292,9 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
     this.state = OPEN;
     this.balancer.reportSuccess(this.endpoint!);
     this.listener.fdPressure.relieved();
+    // Before any byte of the client's (it is still paused): who it was and where it connected to.
+    const pp = this.proxyProtocol;
+    if (pp !== undefined) upstream.write(this.#proxyHeader(pp));
     const idle = this.listener.options.idleTimeoutMs;
     upstream.setTimeout(idle);
     client.setTimeout(idle);
@@ -306,6 +318,19 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
     }
     // Accepted paused (pauseOnConnect): the client's bytes flow from now on.
     client.resume();
+  }
+
+  #proxyHeader(pp: ProxyProtocolSettings): Buffer {
+    const client = this.client;
+    const family = clientFamily(this.clientAddress);
+    const dst = originalDestination(
+      this.listener.destination,
+      pp,
+      family,
+      normalizeAddress(client.localAddress),
+      client.localPort ?? 0,
+    );
+    return proxyProtocolHeader(pp.version, this.clientAddress, this.clientPort, dst.address, dst.port);
   }
 
   /** One side sent FIN (already passed on); bound how long the other side may stay open. */
@@ -573,14 +598,22 @@ export class TcpListener implements KeepAliveSource, Sweepable {
   #drained: PromiseWithResolvers<void> | undefined;
   /** Swapped by the proxier when the service port changes; read once per connection. */
   context: ServicePortContext;
+  /** Which portal's traffic the rules send here: what a PROXY protocol header names as destination. */
+  readonly destination: OriginalDestination;
   #port = 0;
   #closed = false;
   #limitLoggedMs = Number.NEGATIVE_INFINITY;
   #loopLoggedMs = Number.NEGATIVE_INFINITY;
   readonly #sweeper: Sweeper;
 
-  constructor(context: ServicePortContext, options: TcpRelayOptions, deps: TcpRelayDeps) {
+  constructor(
+    context: ServicePortContext,
+    options: TcpRelayOptions,
+    deps: TcpRelayDeps,
+    destination: OriginalDestination = LISTENER_DESTINATION,
+  ) {
     this.context = context;
+    this.destination = destination;
     this.options = options;
     this.log = deps.log;
     this.connect = deps.connect ?? (net.connect as Connector);

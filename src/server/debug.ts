@@ -25,6 +25,13 @@ export type DebugServicePort = {
   localEndpoints?: string[];
   /** Endpoints left out because they lead back to this proxy (a forwarding loop). */
   loopEndpoints?: string[];
+  /** The PROXY protocol header its TCP connections send their endpoint first (absent: none). */
+  proxyProtocol?: 'v1' | 'v2';
+  /**
+   * The listeners of its external destinations, by destination (an IP, or `node` for the NodePort):
+   * with the PROXY protocol and rules in front, each portal has its own, to know what the client asked for.
+   */
+  portalProxyPorts?: Record<string, { proxyPort: number; localProxyPort?: number }>;
   /** Endpoints skipped by outlier ejection, and when they come back. */
   ejected?: { endpoint: string; until: string }[];
   sessionAffinity: 'None' | 'ClientIP';
@@ -75,6 +82,8 @@ function debugServices(
             localEndpoints: status.localEndpoints.map((e) => e.key).sort(),
           }),
       ...(status.loopEndpoints.length === 0 ? {} : { loopEndpoints: [...status.loopEndpoints].sort() }),
+      ...(status.proxyProtocol === undefined ? {} : { proxyProtocol: status.proxyProtocol }),
+      ...portalPortsField(status.portalPorts),
       ...ejectedField(context.balancer.outlier?.ejected(Date.now())),
       sessionAffinity: sp.sessionAffinity,
       ...(sp.sessionAffinity === 'ClientIP' ? { stickyMaxAgeSeconds: sp.stickyMaxAgeSeconds } : {}),
@@ -113,6 +122,13 @@ function debugServices(
 
 function errorField(err: ProxyError | undefined): { error?: { code: string; message: string } } {
   return err === undefined ? {} : { error: { code: err.code, message: err.message } };
+}
+
+function portalPortsField(ports: ServicePortStatus['portalPorts']) {
+  if (ports.size === 0) return {};
+  const out: Record<string, { proxyPort: number; localProxyPort?: number }> = {};
+  for (const [via, p] of ports) out[via] = p.localProxyPort === 0 ? { proxyPort: p.proxyPort } : { ...p };
+  return { portalProxyPorts: out };
 }
 
 function ejectedField(list: { endpoint: string; untilMs: number }[] | undefined) {

@@ -3,7 +3,7 @@
 // but never throws on one that did not.
 
 import { canonicalIP, ipFamilyOf, isValidCIDR } from '../lib/ip.ts';
-import { ANNOTATION_TRACE } from '../lib/kubernetes-labels.ts';
+import { ANNOTATION_PROXY_PROTOCOL, ANNOTATION_TRACE } from '../lib/kubernetes-labels.ts';
 import { sameList } from '../lib/lists.ts';
 import type { Service, ServicePortSpec } from '../source/objects.ts';
 import {
@@ -11,6 +11,7 @@ import {
   type IPFamily,
   MAX_STICKY_MAX_AGE_SECONDS,
   type Protocol,
+  type ProxyProtocolMode,
   type ServicePort,
   servicePortKey,
   servicePortName,
@@ -76,6 +77,7 @@ export function servicePortsFromService(svc: Service, warn: Warn): ServicePort[]
       ? timeout
       : DEFAULT_STICKY_MAX_AGE_SECONDS;
   const trace = traceMode(svc, service, warn);
+  const proxyProtocol = proxyProtocolMode(svc, service, warn);
   // A LoadBalancer is always externally accessible, so this does not depend on the port.
   const hcNodePort =
     type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local'
@@ -124,6 +126,7 @@ export function servicePortsFromService(svc: Service, warn: Warn): ServicePort[]
       internalPolicyLocal: spec.internalTrafficPolicy === 'Local',
       healthCheckNodePort: hcNodePort,
       trace,
+      proxyProtocol,
     });
   }
   return out;
@@ -191,6 +194,20 @@ function traceMode(svc: Service, service: string, warn: Warn): TraceMode | undef
   if (value === 'none' || value === 'connections' || value === 'protocols') return value;
   warn('Ignoring unknown trace annotation value', { service, annotation: ANNOTATION_TRACE, value });
   return undefined;
+}
+
+function proxyProtocolMode(svc: Service, service: string, warn: Warn): ProxyProtocolMode | undefined {
+  const value = svc.metadata?.annotations?.[ANNOTATION_PROXY_PROTOCOL];
+  if (value === undefined) return undefined;
+  if (value === 'off' || value === 'v1' || value === 'v2') return value;
+  // An endpoint that expects a header would take garbage for one, one that does not would read ours as
+  // the request: neither is guessed, the Service is served without.
+  warn('Ignoring unknown proxy-protocol annotation value; the Service is served without the header', {
+    service,
+    annotation: ANNOTATION_PROXY_PROTOCOL,
+    value,
+  });
+  return 'off';
 }
 
 function healthCheckNodePort(svc: Service, service: string, warn: Warn): number {

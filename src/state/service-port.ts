@@ -4,9 +4,9 @@
 export type Protocol = 'TCP' | 'UDP';
 export type { IPFamily } from '../lib/ip.ts';
 export type SessionAffinity = 'None' | 'ClientIP';
-export type { TraceMode } from '../config/config.ts';
+export type { ProxyProtocolMode, TraceMode } from '../config/config.ts';
 
-import type { TraceMode } from '../config/config.ts';
+import type { ProxyProtocolMode, TraceMode } from '../config/config.ts';
 import { sameList } from '../lib/lists.ts';
 
 /** `namespace/name:portName` — kube-proxy's ServicePortName string (portName may be empty: `ns/name:`). */
@@ -62,6 +62,11 @@ export type ServicePort = {
   readonly healthCheckNodePort: number;
   /** Per-service tracing override from our annotation; undefined = use --trace. */
   readonly trace: TraceMode | undefined;
+  /**
+   * Per-service PROXY protocol from our annotation (`off` also for a value that is not one); undefined =
+   * use --proxy-protocol. Only TCP service ports send it.
+   */
+  readonly proxyProtocol: ProxyProtocolMode | undefined;
 };
 
 /**

@@ -139,10 +139,16 @@ function listen(server, host, port, bind) {
   });
 }
 
-async function serve({ key, name, host = '::', tcpPort, udpPort }) {
+async function serve({ key, name, host = '::', tcpPort, udpPort, proxyProtocol = false }) {
   const list = [];
   if (tcpPort) {
-    const s = net.createServer((c) => { c.on('error', () => {}); c.end(name); });
+    // proxyProtocol: wait for the first bytes (the header the proxy sends before any of the client's),
+    // and answer the name and those bytes in base64.
+    const s = net.createServer((c) => {
+      c.on('error', () => {});
+      if (!proxyProtocol) return c.end(name);
+      c.once('data', (d) => c.end(name + '|' + d.toString('base64')));
+    });
     await listen(s, host, tcpPort, (cb) => s.listen({ host, port: tcpPort }, cb));
     list.push(s);
   }
@@ -348,8 +354,15 @@ export class Agent {
     return this.request('get', { url });
   }
 
-  /** Serves `name` on TCP (`host`, default `::`) and UDP (both families) until unserve(key). */
-  async serve(key: string, name: string, ports: { tcpPort?: number; udpPort?: number; host?: string }) {
+  /**
+   * Serves `name` on TCP (`host`, default `::`) and UDP (both families) until unserve(key). With
+   * `proxyProtocol`, a TCP connection is answered `name|<its first bytes in base64>` once they came.
+   */
+  async serve(
+    key: string,
+    name: string,
+    ports: { tcpPort?: number; udpPort?: number; host?: string; proxyProtocol?: boolean },
+  ) {
     const r = await this.request<{ ok: boolean; error?: string }>('serve', { key, name, ...ports });
     if (!r.ok) throw new Error(`serve ${name} in ${this.ns}: ${r.error}`);
   }

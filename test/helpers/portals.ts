@@ -10,6 +10,7 @@ import {
 export type PortalOptions = Partial<Omit<ServicePort, 'key' | 'name'>> & {
   proxyPort?: number;
   localProxyPort?: number;
+  portalPorts?: PortalSpec['portalPorts'];
   /** Both families' endpoint flags (default: usable cluster-wide endpoints, none local). */
   endpoints?: Partial<PortalEndpoints>;
   /** Per-family overrides, on top of `endpoints`. */
@@ -52,12 +53,14 @@ export function portal(
     internalPolicyLocal: o.internalPolicyLocal ?? false,
     healthCheckNodePort: o.healthCheckNodePort ?? 0,
     trace: o.trace,
+    proxyProtocol: o.proxyProtocol,
   };
   const base: PortalEndpoints = { any: true, cluster: true, local: false, ...o.endpoints };
   return {
     servicePort,
     proxyPort: o.proxyPort ?? 40000,
     localProxyPort: o.localProxyPort ?? 0,
+    ...(o.portalPorts === undefined ? {} : { portalPorts: o.portalPorts }),
     endpoints: { IPv4: { ...base, ...o.IPv4 }, IPv6: { ...base, ...o.IPv6 } },
   };
 }

@@ -55,6 +55,7 @@ const SAMPLES: { readonly [K in keyof Config]: { readonly arg: string; readonly 
   outlierBaseEjectionMs: { arg: '--outlier-base-ejection-time=1s', want: 1000 },
   shutdownGracePeriodMs: { arg: '--shutdown-grace-period=30s', want: 30_000 },
   trace: { arg: '--trace=none', want: 'none' },
+  proxyProtocol: { arg: '--proxy-protocol=v2', want: 'v2' },
   accessLog: { arg: '--access-log', want: true },
   traceRecentConnections: { arg: '--trace-recent-connections=10', want: 10 },
   logFormat: { arg: '--log-format=text', want: 'text' },

@@ -6,6 +6,7 @@ import { JUMPS, type Jump } from '../../../src/netfilter/chains.ts';
 import type { Iptables } from '../../../src/netfilter/iptables.ts';
 import { IptablesPortals } from '../../../src/netfilter/iptables-portals.ts';
 import { type FamilyConfig, Netfilter } from '../../../src/netfilter/netfilter.ts';
+import { type RuleContext, renderRestoreInput } from '../../../src/netfilter/rules.ts';
 import type { PortalSpec } from '../../../src/proxier/portal-programmer.ts';
 import type { IPFamily, ServicePortKey } from '../../../src/state/service-port.ts';
 import { portal } from '../../helpers/portals.ts';
@@ -472,4 +473,54 @@ test('an unknown state is restored in two: the container side first, then the re
   const one = new Map<string, string[]>();
   applyRestore(one, iptables.restores[0]!.text);
   assert.deepEqual(sorted(split), sorted(one));
+});
+
+test('previousProxyPorts reads back the listeners of external destinations (PROXY protocol) from rendered rules', async () => {
+  // A LoadBalancer with an externalIP, an LB IP and a NodePort: each destination has a listener of its
+  // own (`/to/<via>`); under externalTrafficPolicy Local the container side names the local-list ones
+  // (`/to/<via>/local`; the cluster-list ones serve the node only, and come from the state file).
+  const base = {
+    nodePort: 30080,
+    externalIPs: ['203.0.113.7'],
+    loadBalancerIPs: ['198.51.100.10'],
+    proxyPort: 40000,
+  };
+  const cluster = portal('default', 'web', 'http', {
+    ...base,
+    clusterIPs: ['10.0.0.20'],
+    portalPorts: new Map([
+      ['203.0.113.7', { proxyPort: 40010, localProxyPort: 0 }],
+      ['198.51.100.10', { proxyPort: 40020, localProxyPort: 0 }],
+      ['node', { proxyPort: 40030, localProxyPort: 0 }],
+    ]),
+  });
+  const local = portal('default', 'loc', 'http', {
+    ...base,
+    clusterIPs: ['10.0.0.21'],
+    nodePort: 30081,
+    externalIPs: ['203.0.113.8'],
+    loadBalancerIPs: [],
+    externalPolicyLocal: true,
+    proxyPort: 41000,
+    localProxyPort: 41001,
+    endpoints: { any: true, cluster: true, local: true },
+    portalPorts: new Map([
+      ['203.0.113.8', { proxyPort: 41010, localProxyPort: 41011 }],
+      ['node', { proxyPort: 41030, localProxyPort: 41031 }],
+    ]),
+  });
+  const ctx: RuleContext = { ...v4, localAddresses: [] };
+  const { nat } = renderRestoreInput({ ...ctx, portals: [cluster, local] });
+  assert.deepEqual(
+    await programmer({ IPv4: nat }, ['IPv4']).previousProxyPorts(),
+    new Map([
+      ['default/web:http/TCP', 40000],
+      ['default/web:http/TCP/to/203.0.113.7', 40010],
+      ['default/web:http/TCP/to/198.51.100.10', 40020],
+      ['default/web:http/TCP/to/node', 40030],
+      ['default/loc:http/TCP', 41000],
+      ['default/loc:http/TCP/to/203.0.113.8/local', 41011],
+      ['default/loc:http/TCP/to/node/local', 41031],
+    ]),
+  );
 });

@@ -1597,3 +1597,40 @@ COMMIT
 `,
   );
 });
+
+test('PROXY protocol: external destinations go to their own listeners, the ClusterIP stays on the service port', () => {
+  const spec = portal('default', 'web', 'http', {
+    clusterIPs: ['10.0.0.20'],
+    nodePort: 30080,
+    externalIPs: ['203.0.113.7'],
+    loadBalancerIPs: ['198.51.100.10'],
+    proxyPort: 40000,
+    portalPorts: new Map([
+      ['203.0.113.7', { proxyPort: 40010, localProxyPort: 0 }],
+      ['198.51.100.10', { proxyPort: 40020, localProxyPort: 0 }],
+      ['node', { proxyPort: 40030, localProxyPort: 0 }],
+    ]),
+  });
+  const lines = portalRules(spec, v4).map((r) => `-A ${r.chain} ${r.spec}`);
+  const nat = (dst: string) => lines.filter((l) => l.includes(dst) && /REDIRECT|DNAT/.test(l));
+  for (const l of nat('-d 10.0.0.20/32'))
+    assert.match(l, /--comment default\/web:http .*(--to-ports 40000|:40000)$/);
+  for (const l of nat('-d 203.0.113.7/32'))
+    assert.match(l, /--comment default\/web:http\/to\/203\.0\.113\.7 .*(--to-ports 40010|:40010)$/);
+  for (const l of nat('-d 198.51.100.10/32'))
+    assert.match(l, /--comment default\/web:http\/to\/198\.51\.100\.10 .*(--to-ports 40020|:40020)$/);
+  const nodePort = lines.filter((l) => l.includes('--dport 30080') && /REDIRECT|DNAT/.test(l));
+  assert.ok(nodePort.length >= 2, 'container and host side');
+  for (const l of nodePort)
+    assert.match(l, /--comment default\/web:http\/to\/node .*(--to-ports 40030|:40030)$/);
+  assert.equal(nat('-d 203.0.113.7/32').length, 2, 'container and host side');
+  // Every listener is accepted by the filter rules (hosts whose INPUT policy is DROP).
+  for (const port of [40000, 40010, 40020, 40030])
+    assert.ok(
+      lines.some((l) => l.includes(`--ctreplsrcport ${port} -j ACCEPT`)),
+      `ACCEPT for the listener on ${port}`,
+    );
+  // Without portalPorts the same service port renders today's rules: every destination on 40000.
+  const plain = portalRules({ ...spec, portalPorts: new Map() }, v4).map((r) => r.spec);
+  assert.ok(plain.every((l) => !/4001\d|4002\d|4003\d|\/to\//.test(l)));
+});

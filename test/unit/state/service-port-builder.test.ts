@@ -51,6 +51,7 @@ const base: ServicePort = {
   internalPolicyLocal: false,
   healthCheckNodePort: 0,
   trace: undefined,
+  proxyProtocol: undefined,
 };
 
 // The identity fields of port `portName` of ns/web.
