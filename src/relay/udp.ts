@@ -21,6 +21,7 @@ import type { ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
 import type { Sweepable, Sweeper } from './sweeper.ts';
 import { processSweeper } from './sweeper.ts';
+import { type UdpSessionEntry, UdpSessionTable } from './udp-session-table.ts';
 
 export type UdpRelayOptions = {
   /** Session idle timeout (--udp-timeout), reset by traffic both ways. */
@@ -56,6 +57,10 @@ export type UdpRelayDeps = {
 /** How often a listener may log that it dropped a looping datagram. */
 const LOOP_LOG_INTERVAL_MS = 10_000;
 
+function expireIdle(session: UdpSession): void {
+  session.close('idle-timeout');
+}
+
 /** How many of the oldest sessions an eviction compares. */
 const EVICTION_LOOK = 64;
 
@@ -63,9 +68,8 @@ const kSession = Symbol('kup.session');
 type SessionSocket = dgram.Socket & { [kSession]?: UdpSession };
 
 /** One client ip:port and its connected upstream socket. */
-class UdpSession implements ConnectionInfo, PassOwner {
+class UdpSession implements ConnectionInfo, PassOwner, UdpSessionEntry {
   readonly id = nextConnectionId();
-  readonly key: string;
   readonly listener: UdpListener;
   readonly context: ServicePortContext;
   /** Becomes noopObserver when its `opened` threw. */
@@ -99,10 +103,11 @@ class UdpSession implements ConnectionInfo, PassOwner {
   tracked = false;
   /** The upstream socket's registration in OwnTraffic; '' when none. */
   ownKey = '';
+  /** Its slot in the listener's expiry wheel (udp-session-table.ts). */
+  expirySlot = -1;
 
   constructor(
     listener: UdpListener,
-    key: string,
     address: string,
     clientAddress: string,
     port: number,
@@ -116,7 +121,6 @@ class UdpSession implements ConnectionInfo, PassOwner {
     // Fixed for the session's life: a tracing change of the service port applies to new sessions.
     this.observer = listener.context.observer;
     this.sniffing = this.observer.wantsData;
-    this.key = key;
     this.clientAddress = clientAddress;
     this.replyAddress = address;
     this.clientPort = port;
@@ -160,7 +164,7 @@ class UdpSession implements ConnectionInfo, PassOwner {
     this.queue = null;
     this.upstream.close();
     if (this.ownKey !== '') this.listener.ownTraffic.udpClosed(this, this.ownKey);
-    this.listener.sessions.delete(this.key);
+    this.listener.sessions.delete(this);
     this.listener.budget?.delete(this);
     const stats = this.context.stats;
     stats.active--;
@@ -297,7 +301,7 @@ export class UdpListener implements Sweepable {
   readonly options: UdpRelayOptions;
   readonly log: Logger;
   readonly now: () => number;
-  readonly sessions = new Map<string, UdpSession>();
+  readonly sessions: UdpSessionTable<UdpSession>;
   readonly budget: UdpSessionBudget | undefined;
   readonly fdPressure: FdPressure;
   readonly ownTraffic: OwnTraffic;
@@ -321,6 +325,7 @@ export class UdpListener implements Sweepable {
     this.log = deps.log;
     this.now = deps.now ?? Date.now;
     this.#sweeper = deps.sweeper ?? processSweeper;
+    this.sessions = new UdpSessionTable(this.#sweeper.intervalMs);
     this.budget = deps.budget;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
@@ -355,11 +360,10 @@ export class UdpListener implements Sweepable {
   }
 
   #onMessage(msg: Buffer, rinfo: dgram.RemoteInfo): void {
-    const key = `${rinfo.address}|${rinfo.port}`;
-    let session = this.sessions.get(key);
+    let session = this.sessions.get(rinfo.address, rinfo.port);
     const now = this.now();
     if (session === undefined) {
-      session = this.#open(key, rinfo, now);
+      session = this.#open(rinfo, now);
       if (session === undefined) return;
     }
     session.lastActivityMs = now;
@@ -367,7 +371,7 @@ export class UdpListener implements Sweepable {
     if (session.sniffing) session.sniff(msg, true);
   }
 
-  #open(key: string, rinfo: dgram.RemoteInfo, now: number): UdpSession | undefined {
+  #open(rinfo: dgram.RemoteInfo, now: number): UdpSession | undefined {
     const context = this.context;
     const clientAddress = normalizeAddress(rinfo.address);
     // Only a client on this host can be one of our own session sockets come back (a forwarding loop).
@@ -395,7 +399,6 @@ export class UdpListener implements Sweepable {
     countPick(context.stats, endpoint.key);
     const session = new UdpSession(
       this,
-      key,
       rinfo.address,
       clientAddress,
       rinfo.port,
@@ -406,7 +409,7 @@ export class UdpListener implements Sweepable {
     );
     session.tracked = tracked;
     session.passes = passes;
-    this.sessions.set(key, session);
+    this.sessions.add(session, this.options.idleTimeoutMs);
     this.budget?.add(session);
     context.stats.accepted++;
     context.stats.active++;
@@ -475,10 +478,7 @@ export class UdpListener implements Sweepable {
   }
 
   sweep(nowMs: number): boolean {
-    const timeout = this.options.idleTimeoutMs;
-    for (const s of this.sessions.values()) {
-      if (nowMs - s.lastActivityMs >= timeout) s.close('idle-timeout');
-    }
+    this.sessions.sweep(nowMs, this.options.idleTimeoutMs, expireIdle);
     return this.sessions.size > 0 && !this.#closed;
   }
 
