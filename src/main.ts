@@ -1,16 +1,17 @@
 // The command-line entry: flags → Config → ProxyServer; signals; exit codes. Nothing else.
-import { writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
+import { isCompletion, runCompletion } from './config/completion.ts';
 import { logLevel } from './config/config.ts';
 import { writeConfigFile } from './config/file.ts';
 import { parseArgs } from './config/flags.ts';
 import { isProxyError } from './lib/errors.ts';
 import type { Logger } from './lib/log.ts';
 import { createLogger } from './lib/log.ts';
+import { applyOomScoreAdj } from './lib/oom-score-adj.ts';
 import { VERSION } from './lib/version.ts';
 import { createIptables, run } from './netfilter/iptables.ts';
-import { ProxyServer } from './proxy-server.ts';
-import { runConnections, runTrace } from './trace/cli.ts';
+import type { ProxyServer } from './proxy-server.ts';
+import { CONNECTIONS_FLAGS, runConnections, runTrace, TRACE_FLAGS } from './trace/cli.ts';
 
 /** --cleanup: removes every chain and jump we ever write, IPv4 and IPv6; safe on a clean host. */
 async function cleanup(log: Logger): Promise<number> {
@@ -33,17 +34,17 @@ async function cleanup(log: Logger): Promise<number> {
   return code;
 }
 
-/** --oom-score-adj, as kube-proxy: the kernel kills the proxy last. Lowering it needs root. */
-function applyOomScoreAdj(value: number, log: Logger): void {
-  try {
-    writeFileSync('/proc/self/oom_score_adj', String(value));
-  } catch (err) {
-    log.warn({ value, err }, 'Cannot set oom_score_adj');
-  }
-}
-
 /** Runs the proxy until a signal; resolves with the exit code. */
 export async function main(argv: string[]): Promise<number> {
+  if (isCompletion(argv))
+    return runCompletion(argv, [
+      {
+        name: 'connections',
+        describe: 'The live connection table of a running proxy',
+        flags: CONNECTIONS_FLAGS,
+      },
+      { name: 'trace', describe: 'Its trace stream: HTTP requests, TLS SNI, DNS names', flags: TRACE_FLAGS },
+    ]);
   if (argv[0] === 'connections') return runConnections(argv.slice(1), process.stdout);
   if (argv[0] === 'trace') {
     const stop = new AbortController();
@@ -79,7 +80,10 @@ export async function main(argv: string[]): Promise<number> {
   for (const warning of parsed.warnings) log.warn(warning);
   if (config.cleanup) return cleanup(log);
   applyOomScoreAdj(config.oomScoreAdj, log);
-  const server = new ProxyServer(config, { log, hostname: hostname() });
+  // Loaded here, not at the top: without the proxy's modules the subcommands, --help and shell
+  // completion (a process per TAB) start in ~0.4 s instead of ~0.7 s.
+  const { ProxyServer: Server } = await import('./proxy-server.ts');
+  const server: ProxyServer = new Server(config, { log, hostname: hostname() });
   let stopping = false;
   // The proxy's own timers are unref'd and its file watches not persistent: this holds the process until
   // a signal, whether or not any listener or server is open.

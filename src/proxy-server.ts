@@ -15,7 +15,7 @@ import { type HostInfo, nodePortClaimHosts, readHostInfo } from './netfilter/nod
 import { NodeNetwork } from './netfilter/node-network.ts';
 import { createShellRun, type ShellRun } from './netfilter/shell-run.ts';
 import type { BoundedFrequencyRunner } from './proxier/bounded-frequency-runner.ts';
-import { PortAllocator } from './proxier/port-allocator.ts';
+import { createPortAllocator } from './proxier/port-allocator.ts';
 import type { PortalProgrammer } from './proxier/portal-programmer.ts';
 import {
   CAP_NET_ADMIN,
@@ -135,7 +135,7 @@ export class ProxyServer {
       table: this.connections,
       accessLog: config.accessLog ? this.log.child({ component: 'access' }) : undefined,
     });
-    const allocator = new PortAllocator(parsePortRange(config.proxyPortRange));
+    const allocator = createPortAllocator(parsePortRange(config.proxyPortRange), this.log);
     let portals: PortalProgrammer | undefined;
     let nodePortHosts: (() => string[] | undefined) | undefined;
     if (config.iptables) {

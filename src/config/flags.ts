@@ -34,7 +34,7 @@ function buildParser(argv: string[]) {
   let parser = yargs(argv)
     .scriptName('kube-userspace-proxy')
     .usage(
-      '$0 [flags]              run the proxy\n$0 connections [flags]  the live connection table of a running proxy (--help)\n$0 trace [flags]        its trace stream: HTTP requests, TLS SNI, DNS names (--help)\n\nKubernetes userspace kube-proxy: per-service-port listeners, iptables portals, round robin with ClientIP affinity.',
+      '$0 [flags]              run the proxy\n$0 connections [flags]  the live connection table of a running proxy (--help)\n$0 trace [flags]        its trace stream: HTTP requests, TLS SNI, DNS names (--help)\n$0 completion           bash/zsh completion: >> ~/.bashrc or ~/.zshrc\n\nKubernetes userspace kube-proxy: per-service-port listeners, iptables portals, round robin with ClientIP affinity.',
     )
     .strict()
     .parserConfiguration({
@@ -43,18 +43,8 @@ function buildParser(argv: string[]) {
       // A flag given twice: the last one wins, as with kube-proxy's pflag.
       'duplicate-arguments-array': false,
     })
-    .option('config', {
-      type: 'string',
-      describe:
-        'A KubeProxyConfiguration file (YAML or JSON); flags given on the command line override its fields',
-    })
-    .option('write-config-to', {
-      type: 'string',
-      describe: 'Write the effective configuration as a KubeProxyConfiguration to this file, then exit',
-    });
-  for (const setting of SETTINGS) parser = parser.option(setting.flag, flagOption(setting));
-  for (const [name, type] of Object.entries(IGNORED_FLAGS))
-    parser = parser.option(name, { type, hidden: true });
+    .options(FILE_FLAGS);
+  for (const [name, option] of settingFlags()) parser = parser.option(name, option);
   return parser
     .epilogue(
       `Accepted for kube-proxy compatibility and ignored (they do not apply to the userspace mode): ${Object.keys(
@@ -71,6 +61,32 @@ function buildParser(argv: string[]) {
     .fail((msg, err) => {
       throw err ?? new ProxyError('KUP_ERR_INVALID_FLAG', msg);
     });
+}
+
+/** The flags about the config file itself. */
+const FILE_FLAGS = {
+  config: {
+    type: 'string',
+    describe:
+      'A KubeProxyConfiguration file (YAML or JSON); flags given on the command line override its fields',
+  },
+  'write-config-to': {
+    type: 'string',
+    describe: 'Write the effective configuration as a KubeProxyConfiguration to this file, then exit',
+  },
+} as const satisfies Record<string, Options>;
+
+/** The settings table's flags with their yargs options, then the ignored ones (hidden). */
+function settingFlags(): [string, Options][] {
+  return [
+    ...SETTINGS.map((setting): [string, Options] => [setting.flag, flagOption(setting)]),
+    ...Object.entries(IGNORED_FLAGS).map(([name, type]): [string, Options] => [name, { type, hidden: true }]),
+  ];
+}
+
+/** Every flag of the proxy with its yargs option, in --help order (shell completion offers them). */
+export function proxyFlags(): [string, Options][] {
+  return [...Object.entries(FILE_FLAGS), ...settingFlags()];
 }
 
 /** A row's yargs option: no yargs default (help shows it), so that a flag left out is undefined. */

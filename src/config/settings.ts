@@ -106,7 +106,7 @@ export const SETTINGS: readonly Setting[] = [
     codec: text(checkPortRange),
     file: 'portRange',
     fileZero: 'value',
-    help: 'Ports for proxy listeners: "" (kernel-chosen), N, A-B or A+N',
+    help: 'Ports for proxy listeners: "" (the kernel\'s ephemeral range, hashed per service port), N, A-B or A+N',
   }),
   row('udpTimeoutMs', {
     flag: 'udp-timeout',

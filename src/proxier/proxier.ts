@@ -347,6 +347,9 @@ export class Proxier {
       }
       if (this.#closed) return undefined;
     }
+    // In key order, not arrival order: two service ports whose hashed proxy ports collide get the same
+    // ports whatever order the manifest or the API lists them in (port-allocator.ts).
+    toStart.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     const { planned, early } = this.#restoreEarly(toStart, snapshot, full, initial);
     for (const [i, servicePort] of toStart.entries()) {
       if (

@@ -4,6 +4,7 @@
 // (control characters are printed escaped; the JSON output has the same values, only escaped).
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
+import { checkHostPort } from '../config/validate.ts';
 import { isProxyError, ProxyError } from '../lib/errors.ts';
 import { parseHostPort } from '../lib/host-port.ts';
 import { jsonSafe, printable } from '../lib/printable.ts';
@@ -13,13 +14,16 @@ import type { TraceEvent } from './tracer.ts';
 
 type Out = { write(text: string): unknown };
 
-const DEFAULT_METRICS_ADDRESS = '127.0.0.1:10249';
+/** kube-proxy's metrics port (ProxyStatusPort): the port of a bare IP, as the proxy's flag takes it. */
+const METRICS_PORT = 10249;
+const DEFAULT_METRICS_ADDRESS = `127.0.0.1:${METRICS_PORT}`;
 
 const CONNECTIONS_HELP = `Usage: kube-userspace-proxy connections [flags]
 
 Lists active and recently closed connections from a running proxy's /debug/connections.
 
-  --metrics-address IP:PORT  the proxy's metrics server (default ${DEFAULT_METRICS_ADDRESS})
+  --metrics-address IP:PORT  the proxy's metrics server (default ${DEFAULT_METRICS_ADDRESS}); also
+                             --metrics-bind-address, with the proxy's value as it is (0.0.0.0:P, [::]:P)
   --service NS/NAME[:PORT]   only this service (or service port, or NS for a namespace)
   --client IP                only this client
   --state active|closed      only active or only closed connections
@@ -32,7 +36,8 @@ const TRACE_HELP = `Usage: kube-userspace-proxy trace [flags]
 Prints a running proxy's trace events (/debug/trace): connections opened and closed, HTTP responses,
 DNS answers, Redis commands.
 
-  --metrics-address IP:PORT  the proxy's metrics server (default ${DEFAULT_METRICS_ADDRESS})
+  --metrics-address IP:PORT  the proxy's metrics server (default ${DEFAULT_METRICS_ADDRESS}); also
+                             --metrics-bind-address, with the proxy's value as it is (0.0.0.0:P, [::]:P)
   --follow, -f               keep printing new events until interrupted
   --service NS/NAME[:PORT]   only this service (or service port, or NS for a namespace)
   --client IP                only this client
@@ -43,7 +48,9 @@ DNS answers, Redis commands.
 `;
 
 const common = {
-  'metrics-address': { type: 'string', default: DEFAULT_METRICS_ADDRESS },
+  'metrics-address': { type: 'string' },
+  // The proxy's own flag, so its value can be pasted from the command line or the ConfigMap.
+  'metrics-bind-address': { type: 'string' },
   service: { type: 'string' },
   client: { type: 'string' },
   limit: { type: 'string' },
@@ -51,11 +58,38 @@ const common = {
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
-function baseUrl(address: string): string {
-  const hp = parseHostPort(address);
-  if (hp === undefined)
-    throw new ProxyError('KUP_ERR_INVALID_FLAG', `invalid --metrics-address "${address}": expected IP:port`);
-  // The bind-all addresses are reachable on loopback.
+/** The flags of `connections` (node:util parseArgs options; also what shell completion offers). */
+export const CONNECTIONS_FLAGS = { ...common, state: { type: 'string' } } as const;
+
+/** The flags of `trace`. */
+export const TRACE_FLAGS = {
+  ...common,
+  follow: { type: 'boolean', short: 'f', default: false },
+  id: { type: 'string' },
+  requests: { type: 'boolean', default: false },
+} as const;
+
+/**
+ * The metrics server's URL from --metrics-address or --metrics-bind-address (one of them), in every
+ * form the proxy's --metrics-bind-address takes: `IP:port`, `[IPv6]:port`, `:port`, a bare IP (port
+ * 10249). A bind-all address means this host's loopback. Throws KUP_ERR_INVALID_FLAG.
+ */
+export function metricsUrl(values: { 'metrics-address'?: string; 'metrics-bind-address'?: string }): string {
+  const address = values['metrics-address'];
+  const bind = values['metrics-bind-address'];
+  if (address !== undefined && bind !== undefined && address !== bind)
+    throw new ProxyError(
+      'KUP_ERR_INVALID_FLAG',
+      'give --metrics-address or --metrics-bind-address, not both',
+    );
+  const name = bind !== undefined ? '--metrics-bind-address' : '--metrics-address';
+  const value = bind ?? address ?? DEFAULT_METRICS_ADDRESS;
+  if (value.trim() === '')
+    throw new ProxyError(
+      'KUP_ERR_INVALID_FLAG',
+      `${name} is empty: that disables the proxy's metrics server, and these commands read it`,
+    );
+  const hp = parseHostPort(checkHostPort(value, { code: 'KUP_ERR_INVALID_FLAG', name }, METRICS_PORT))!;
   const host = hp.host === '0.0.0.0' ? '127.0.0.1' : hp.host === '::' ? '::1' : hp.host;
   return `http://${host.includes(':') ? `[${host}]` : host}:${hp.port}`;
 }
@@ -99,13 +133,13 @@ export async function runConnections(
   let url = '';
   const agent = new Agent();
   try {
-    const { values } = parseArgs({ args: argv, options: { ...common, state: { type: 'string' } } });
+    const { values } = parseArgs({ args: argv, options: CONNECTIONS_FLAGS });
     if (values.help) {
       out.write(CONNECTIONS_HELP);
       return 0;
     }
     checkCount('limit', values.limit);
-    url = `${baseUrl(values['metrics-address'])}/debug/connections${query({
+    url = `${metricsUrl(values)}/debug/connections${query({
       service: values.service,
       client: values.client,
       state: values.state,
@@ -146,22 +180,14 @@ export async function runTrace(
   let url = '';
   const agent = new Agent();
   try {
-    const { values } = parseArgs({
-      args: argv,
-      options: {
-        ...common,
-        follow: { type: 'boolean', short: 'f', default: false },
-        id: { type: 'string' },
-        requests: { type: 'boolean', default: false },
-      },
-    });
+    const { values } = parseArgs({ args: argv, options: TRACE_FLAGS });
     if (values.help) {
       out.write(TRACE_HELP);
       return 0;
     }
     checkCount('limit', values.limit);
     checkCount('id', values.id);
-    url = `${baseUrl(values['metrics-address'])}/debug/trace${query({
+    url = `${metricsUrl(values)}/debug/trace${query({
       service: values.service,
       client: values.client,
       id: values.id,
