@@ -41,6 +41,7 @@ import type { ProxyMetrics } from './server/metrics.ts';
 import { createMetrics, metricsRoutes } from './server/metrics.ts';
 import { ProxyHealth } from './server/proxy-health.ts';
 import { ServiceHealthServer } from './server/service-health.ts';
+import { registerTraceMetrics } from './server/trace-metrics.ts';
 import { traceRoutes } from './server/trace-routes.ts';
 import { KubernetesSource, loadKubeConfig } from './source/kubernetes.ts';
 import { ManifestSource } from './source/manifest.ts';
@@ -135,6 +136,7 @@ export class ProxyServer {
       table: this.connections,
       accessLog: config.accessLog ? this.log.child({ component: 'access' }) : undefined,
     });
+    registerTraceMetrics(this.metrics.registry, this.tracer);
     const allocator = createPortAllocator(parsePortRange(config.proxyPortRange), this.log);
     let portals: PortalProgrammer | undefined;
     let nodePortHosts: (() => string[] | undefined) | undefined;
