@@ -1,7 +1,8 @@
-// Does the data path scale with processes? K relay processes (this repository's TcpListener, each in its
-// own process) listen on one port with SO_REUSEPORT and the kernel spreads connections over them, as a
-// multi-worker mode would run (docs/multi-worker.md); HAProxy with `nbthread K` is measured beside them
-// in the same run, alternating, medians. Loopback only: nginx (one worker) is the backend, wrk the
+// Does the data path scale with processes, or with threads? K relays (this repository's TcpListener, each
+// in its own process, or each in its own worker thread of one process) listen on one port with
+// SO_REUSEPORT and the kernel spreads connections over them, as a multi-worker mode would run
+// (docs/multi-worker.md); HAProxy with `nbthread K` is measured beside them in the same run,
+// alternating, medians. Loopback only: nginx (one worker) is the backend, wrk the
 // client. Prints a table; asserts nothing. Needs wrk, nginx and haproxy (bench/setup.sh).
 // Run: node bench/workers.bench.ts [--max-workers N (default: cores)] [--rounds 3] [--seconds 4]
 import { type ChildProcess, fork, spawn, spawnSync } from 'node:child_process';
@@ -9,6 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { silentLogger } from '../src/lib/log.ts';
 import { RoundRobinBalancer } from '../src/loadbalancer/round-robin.ts';
 import { noopObserver } from '../src/relay/observer.ts';
@@ -53,8 +55,22 @@ async function relay(): Promise<void> {
     { log: silentLogger() },
   );
   await listener.listen('127.0.0.1', PROXY_PORT);
+  if (!isMainThread) {
+    parentPort?.postMessage('ready');
+    return;
+  }
   process.send?.('ready');
   process.on('disconnect', () => process.exit(0));
+}
+
+/** K relays as worker threads of this process (terminated by the caller). */
+async function startRelayThreads(k: number): Promise<Worker[]> {
+  const workers = Array.from(
+    { length: k },
+    () => new Worker(new URL(import.meta.url), { argv: ['--relay'] }),
+  );
+  await Promise.all(workers.map((w) => new Promise((resolve) => w.once('message', resolve))));
+  return workers;
 }
 
 type Sample = { target: string; workers: number; scenario: string; rps: number; p99: number };
@@ -138,10 +154,17 @@ http { access_log off; keepalive_requests 1000000;
     for (let k = 1; k <= maxWorkers; k++) {
       for (let round = 0; round < rounds; round++) {
         // Alternate which target goes first.
-        const order = round % 2 === 0 ? ['proxy', 'haproxy'] : ['haproxy', 'proxy'];
+        const targets = ['proxy', 'threads', 'haproxy'];
+        const order = targets.map((_, i) => targets[(i + round) % targets.length]!);
         for (const target of order) {
-          const procs = target === 'proxy' ? await startRelays(k) : [await startHaproxy(dir, k)];
-          const port = target === 'proxy' ? PROXY_PORT : HAPROXY_PORT;
+          const threads = target === 'threads' ? await startRelayThreads(k) : [];
+          const procs =
+            target === 'proxy'
+              ? await startRelays(k)
+              : target === 'haproxy'
+                ? [await startHaproxy(dir, k)]
+                : [];
+          const port = target === 'haproxy' ? HAPROXY_PORT : PROXY_PORT;
           try {
             wrk(port, 1, true); // warm-up
             for (const scenario of ['new connections', 'keep-alive'] as const) {
@@ -152,6 +175,7 @@ http { access_log off; keepalive_requests 1000000;
               );
             }
           } finally {
+            await Promise.all(threads.map((w) => w.terminate()));
             for (const p of procs) p.kill();
             await Promise.all(
               procs.map((p) => new Promise((r) => (p.exitCode !== null ? r(0) : p.once('exit', r)))),
@@ -174,19 +198,19 @@ http { access_log off; keepalive_requests 1000000;
     `\nworkers bench: ${cpus().length} cores, loopback, wrk -t1 -c32, ${rounds} rounds × ${seconds} s, medians`,
   );
   console.log(
-    'processes/threads | scenario        | proxy req/s | HAProxy req/s | proxy / HAProxy | proxy / proxy×1',
+    'K | scenario        | processes req/s | threads req/s | HAProxy req/s | processes / HAProxy | threads / HAProxy | processes / ×1 | threads / ×1',
   );
   for (let k = 1; k <= maxWorkers; k++) {
     for (const scenario of ['new connections', 'keep-alive']) {
       const p = get('proxy', k, scenario);
+      const t = get('threads', k, scenario);
       const h = get('haproxy', k, scenario);
-      const one = get('proxy', 1, scenario);
       console.log(
-        `${String(k).padStart(17)} | ${scenario.padEnd(15)} | ${p.toFixed(0).padStart(11)} | ${h.toFixed(0).padStart(13)} | ${(p / h).toFixed(2).padStart(14)}× | ${(p / one).toFixed(2).padStart(14)}×`,
+        `${k} | ${scenario.padEnd(15)} | ${p.toFixed(0)} | ${t.toFixed(0)} | ${h.toFixed(0)} | ${(p / h).toFixed(2)}× | ${(t / h).toFixed(2)}× | ${(p / get('proxy', 1, scenario)).toFixed(2)}× | ${(t / get('threads', 1, scenario)).toFixed(2)}×`,
       );
     }
   }
 }
 
-if (process.argv[2] === '--relay') await relay();
+if (process.argv.includes('--relay')) await relay();
 else await main();
