@@ -6,7 +6,6 @@ import { ProxyError } from './lib/errors.ts';
 import { closeParts, type Part, startParts } from './lib/lifecycle.ts';
 import type { Logger } from './lib/log.ts';
 import { parsePortRange } from './lib/port-range.ts';
-import { DEFAULT_OUTLIER_OPTIONS } from './loadbalancer/outlier.ts';
 import { applyConntrackSettings, realSysctl, type Sysctl } from './netfilter/conntrack-settings.ts';
 import { createIptables, type Iptables, run } from './netfilter/iptables.ts';
 import { IptablesPortals } from './netfilter/iptables-portals.ts';
@@ -23,15 +22,14 @@ import {
   readEffectiveCapabilities,
   readFdLimits,
   tcpConnectionCap,
-  udpSessionCap,
 } from './proxier/process-limits.ts';
 import { Proxier } from './proxier/proxier.ts';
+import { proxierOptions, workerCount } from './proxier/proxier-options.ts';
 import { registerResourceMetrics } from './proxier/resource-metrics.ts';
 import { resolveStateFile, StateFile } from './proxier/state-file.ts';
 import { lockStateFile, type StateFileLock } from './proxier/state-file-lock.ts';
 import { SyncLoop } from './proxier/sync-loop.ts';
-import { DEFAULT_TCP_OPTIONS } from './relay/tcp.ts';
-import { DEFAULT_UDP_OPTIONS } from './relay/udp.ts';
+import type { ServicePortStats } from './relay/service-context.ts';
 import { debugRoutes } from './server/debug.ts';
 import { healthRoutes } from './server/health-routes.ts';
 import type { HttpServer, Route } from './server/http.ts';
@@ -48,8 +46,14 @@ import { ManifestSource } from './source/manifest.ts';
 import { isNodeEligible, nodeInternalIP, nodePodCIDRs } from './source/node-info.ts';
 import type { Node } from './source/objects.ts';
 import { ProxyState } from './state/proxy-state.ts';
+import type { ServicePortKey } from './state/service-port.ts';
+import type { Snapshot } from './state/snapshot.ts';
+import type { ConnectionListing, ListOptions } from './trace/connection-table.ts';
 import { ConnectionTable } from './trace/connection-table.ts';
 import { createTracer, type Tracer } from './trace/tracer.ts';
+import { mergeListings, mergeStats } from './workers/merge.ts';
+import { fullTable, samePorts, tableDelta } from './workers/messages.ts';
+import { WorkerPool } from './workers/worker-pool.ts';
 
 export type ProxyServerDeps = {
   log: Logger;
@@ -85,6 +89,15 @@ export class ProxyServer {
   readonly portals: IptablesPortals | undefined;
   readonly #preferredPorts = new Map<string, number>();
   readonly #fdLimits = readFdLimits();
+  /** Processes relaying traffic: this one and its workers (--workers). */
+  readonly #processes: number;
+  /** The worker processes; undefined with one process. */
+  readonly workers: WorkerPool | undefined;
+  /** The proxy ports the workers were last told of. */
+  #workerPorts: ReadonlyMap<string, number> = new Map();
+  /** The workers' counters as of the last request that read them, by service port. */
+  #workerStats = new Map<ServicePortKey, ServicePortStats[]>();
+  #workerStatsRefresh: Promise<void> | undefined;
   /** The real iptables runs as this process: it needs NET_ADMIN (an injected one, in tests, does not). */
   readonly #needsNetAdmin: boolean;
   #stateFile: StateFile | undefined;
@@ -114,6 +127,19 @@ export class ProxyServer {
     this.log = deps.log;
     this.nodeName = config.hostnameOverride || (deps.hostname ?? '').toLowerCase();
     this.#needsNetAdmin = config.iptables && deps.iptables === undefined;
+    this.#processes = workerCount(config.workers);
+    this.workers =
+      this.#processes > 1
+        ? new WorkerPool({
+            count: this.#processes - 1,
+            config,
+            log: this.log.child({ component: 'workers' }),
+            table: () => {
+              this.#workerPorts = this.proxier.proxyPorts();
+              return fullTable(this.proxier.snapshot, this.#workerPorts);
+            },
+          })
+        : undefined;
     this.health = new ProxyHealth(2 * config.iptablesSyncPeriodMs);
     this.metrics = createMetrics(() => this.proxier);
     registerResourceMetrics(this.metrics.registry, () => this.proxier);
@@ -167,34 +193,7 @@ export class ProxyServer {
       nodePortHosts = () => nodePortClaimHosts(families, hostInfo());
     }
     this.proxier = new Proxier(
-      {
-        listenHost: config.bindAddress === '0.0.0.0' ? '::' : config.bindAddress,
-        syncPeriodMs: config.iptablesSyncPeriodMs,
-        tcp: {
-          ...DEFAULT_TCP_OPTIONS,
-          idleTimeoutMs: config.tcpIdleTimeoutMs,
-          halfCloseTimeoutMs: config.tcpHalfCloseTimeoutMs,
-          stallTimeoutMs: config.tcpStallTimeoutMs,
-          maxConnections: tcpConnectionCap(config.maxConnectionsPerService, this.#fdLimits),
-        },
-        udp: {
-          ...DEFAULT_UDP_OPTIONS,
-          idleTimeoutMs: config.udpTimeoutMs,
-          maxSessions: config.udpMaxSessions,
-        },
-        udpMaxTotalSessions: udpSessionCap(config.udpMaxSessionsTotal, this.#fdLimits),
-        claimNodePorts: config.iptables,
-        proxyProtocol: config.proxyProtocol,
-        outlier:
-          config.outlierConsecutiveFailures > 0
-            ? {
-                ...DEFAULT_OUTLIER_OPTIONS,
-                consecutiveFailures: config.outlierConsecutiveFailures,
-                baseEjectionMs: config.outlierBaseEjectionMs,
-              }
-            : undefined,
-        nodePortHosts,
-      },
+      { ...proxierOptions(config, this.#fdLimits, this.#processes), nodePortHosts },
       {
         source: this.state,
         allocator,
@@ -205,6 +204,9 @@ export class ProxyServer {
         onProxyPortsChanged: (ports) => this.#stateFile?.save(ports),
       },
     );
+    // What the proxy reports of a service port counts every process's connections (--workers).
+    if (this.workers !== undefined)
+      this.proxier.setStatsOverlay((key, own) => mergeStats(own, this.#workerStats.get(key) ?? []));
     this.syncLoop = new SyncLoop(
       { minSyncPeriodMs: config.iptablesMinSyncPeriodMs, syncPeriodMs: config.iptablesSyncPeriodMs },
       { proxier: this.proxier, source: this.state, log: this.log },
@@ -220,13 +222,15 @@ export class ProxyServer {
           for (const t of snapshot.triggerTimes)
             if (t <= nowMs) this.metrics.networkProgrammingDuration.observe((nowMs - t) / 1000);
         },
-        onSynced: async (result, _snapshot, now) => {
+        onSynced: async (result, snapshot, now) => {
+          if (snapshot !== undefined) this.#tellWorkers(snapshot, true);
           this.health.updated(now);
           this.metrics.syncDuration.observe(result.durationMs / 1000);
           this.metrics.lastSync.set(now / 1000);
           await this.#syncServiceHealth();
         },
         onEndpointsApplied: (snapshot) => {
+          this.#tellWorkers(snapshot, false);
           // Health check node ports report local endpoints: only theirs need a look.
           for (const key of snapshot.changedEndpoints) {
             if ((snapshot.servicePorts.get(key)?.healthCheckNodePort ?? 0) === 0) continue;
@@ -243,6 +247,68 @@ export class ProxyServer {
       },
     );
     this.runner = this.syncLoop.runner;
+  }
+
+  /** What the main process applied, to its workers: the changes, and the proxy ports when they moved. */
+  #tellWorkers(snapshot: Snapshot, synced: boolean): void {
+    const pool = this.workers;
+    if (pool === undefined) return;
+    let ports: ReadonlyMap<string, number> | undefined;
+    if (synced) {
+      const now = this.proxier.proxyPorts();
+      if (!samePorts(now, this.#workerPorts)) ports = this.#workerPorts = now;
+    }
+    if (
+      ports === undefined &&
+      snapshot.changedServicePorts.size === 0 &&
+      snapshot.changedEndpoints.size === 0
+    )
+      return;
+    pool.send(tableDelta(snapshot, ports));
+  }
+
+  /** The connection table of the whole proxy: this process's and its workers', newest first. */
+  async listConnections(options: ListOptions): Promise<ConnectionListing> {
+    const own = this.connections.list(options);
+    if (this.workers === undefined) return own;
+    return mergeListings([own, ...(await this.workers.connections(options))], options.limit);
+  }
+
+  /** Fetches the workers' counters (one request at a time; those waiting share it). */
+  refreshWorkerStats(): Promise<void> {
+    const pool = this.workers;
+    if (pool === undefined) return Promise.resolve();
+    this.#workerStatsRefresh ??= pool
+      .stats()
+      .then((perWorker) => {
+        const merged = new Map<ServicePortKey, ServicePortStats[]>();
+        for (const stats of perWorker)
+          for (const [key, s] of stats) {
+            const list = merged.get(key);
+            if (list === undefined) merged.set(key, [s]);
+            else list.push(s);
+          }
+        this.#workerStats = merged;
+      })
+      .finally(() => {
+        this.#workerStatsRefresh = undefined;
+      });
+    return this.#workerStatsRefresh;
+  }
+
+  /** Routes that read counters get the workers' fresh first (not the trace stream, which stays open). */
+  #withWorkerStats(routes: Record<string, Route>): Record<string, Route> {
+    if (this.workers === undefined) return routes;
+    const out: Record<string, Route> = {};
+    for (const [path, route] of Object.entries(routes))
+      out[path] =
+        path === '/debug/trace'
+          ? route
+          : async (req, res, url) => {
+              await this.refreshWorkerStats();
+              await route(req, res, url);
+            };
+    return out;
   }
 
   /** A change is pending in the state: the sync loop applies endpoints at once or queues a sync. */
@@ -334,11 +400,12 @@ export class ProxyServer {
       this.#httpServer(
         'metrics',
         this.config.metricsBindAddress,
-        () => ({
-          ...metricsRoutes(this.metrics, this.config),
-          ...traceRoutes(this.tracer, this.connections),
-          ...debugRoutes(() => this.proxier),
-        }),
+        () =>
+          this.#withWorkerStats({
+            ...metricsRoutes(this.metrics, this.config),
+            ...traceRoutes(this.tracer, this.connections, (options) => this.listConnections(options)),
+            ...debugRoutes(() => this.proxier),
+          }),
         (s) => {
           this.metricsServer = s;
         },
@@ -357,16 +424,21 @@ export class ProxyServer {
             this.log.warn('IPv6 is not available; listening on IPv4 only');
             this.proxier.setListenHost('0.0.0.0');
           }
+          this.workers?.start();
         },
-        // Stops accepting; established connections finish within the grace period, then are torn down.
+        // Stops accepting; established connections finish within the grace period, then are torn down;
+        // the workers drain alike, at the same time.
         close: async () => {
-          await this.proxier.close();
-          await this.proxier.drained();
+          await Promise.all([
+            this.workers?.drain(this.config.shutdownGracePeriodMs),
+            this.proxier.close().then(() => this.proxier.drained()),
+          ]);
         },
         destroy: () => {
           const left = this.proxier.activeConnections();
           if (left > 0) this.log.warn({ connections: left }, 'Grace period over, closing connections');
           this.proxier.destroy();
+          this.workers?.kill();
         },
         closeBoundMs: this.config.shutdownGracePeriodMs,
       },

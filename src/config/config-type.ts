@@ -19,6 +19,9 @@ export type TraceMode = (typeof TRACE_MODES)[number];
 export const PROXY_PROTOCOL_MODES = ['off', 'v1', 'v2'] as const;
 export type ProxyProtocolMode = (typeof PROXY_PROTOCOL_MODES)[number];
 
+/** The most --workers may ask for (0 asks for the cores this process may use, capped here too). */
+export const MAX_WORKERS = 16;
+
 /** --log-format: one JSON object a line, or readable lines. */
 export const LOG_FORMATS = ['json', 'text'] as const;
 
@@ -97,6 +100,8 @@ export type Config = {
   outlierConsecutiveFailures: number;
   /** Our addition: the first ejection time (it doubles while the endpoint keeps failing). */
   outlierBaseEjectionMs: number;
+  /** Our addition: relaying processes (--workers); 0 = the cores this process may use, capped. */
+  workers: number;
   /** Our addition: how long shutdown waits for connections to finish. */
   shutdownGracePeriodMs: number;
   trace: TraceMode;

@@ -9,6 +9,7 @@ import {
   DEFAULT_STATE_FILE,
   DETECT_LOCAL_MODES,
   LOG_FORMATS,
+  MAX_WORKERS,
   PROXY_PROTOCOL_MODES,
   TRACE_MODES,
 } from './config-type.ts';
@@ -356,6 +357,12 @@ export const SETTINGS: readonly Setting[] = [
     default: 5_000,
     codec: duration({ positive: true }),
     help: 'First ejection time; doubles while the endpoint keeps failing (up to 5m)',
+  }),
+  row('workers', {
+    flag: 'workers',
+    default: 1,
+    codec: int(0, MAX_WORKERS),
+    help: `Processes that relay traffic (each listens on every proxy port with SO_REUSEPORT); 0 = the cores this process may use, at most ${MAX_WORKERS}; 1 = this process alone`,
   }),
   row('shutdownGracePeriodMs', {
     flag: 'shutdown-grace-period',

@@ -6,6 +6,7 @@ import type { SessionAffinity } from '../state/service-port.ts';
 import { DEFAULT_STICKY_MAX_AGE_SECONDS } from '../state/service-port.ts';
 import type { EjectionEvent, OutlierOptions } from './outlier.ts';
 import { OutlierDetector } from './outlier.ts';
+import { rendezvousPick } from './rendezvous.ts';
 
 type AffinityEntry = { endpoint: Endpoint; lastUsedMs: number };
 
@@ -19,10 +20,16 @@ export class RoundRobinBalancer {
   readonly #random: () => number;
   /** Passive outlier ejection; undefined = off. */
   readonly outlier: OutlierDetector | undefined;
+  /**
+   * A client without an affinity entry gets the endpoint rendezvous hashing gives it, not the next in
+   * the round: so every worker process (--workers) sends one client to the same endpoint.
+   */
+  readonly #affinityByHash: boolean;
 
-  constructor(random: () => number = Math.random, outlier?: OutlierOptions) {
+  constructor(random: () => number = Math.random, outlier?: OutlierOptions, affinityByHash = false) {
     this.#random = random;
     this.outlier = outlier === undefined ? undefined : new OutlierDetector(outlier);
+    this.#affinityByHash = affinityByHash;
   }
 
   /** The endpoints in visiting order. */
@@ -105,12 +112,23 @@ export class RoundRobinBalancer {
         return entry.endpoint;
       }
     }
-    let endpoint = list[this.#index]!;
-    this.#index = this.#index + 1 === list.length ? 0 : this.#index + 1;
-    // Skip ejected endpoints; the detector never ejects them all, so this ends within one lap.
-    for (let i = 1; i < list.length && outlier?.isEjected(endpoint.key, nowMs); i++) {
+    // A reset (a failed connect) takes the round robin: the hashed endpoint is the one that failed.
+    let endpoint =
+      sticky && this.#affinityByHash && !resetAffinity
+        ? rendezvousPick(
+            clientIP,
+            list,
+            outlier === undefined ? undefined : (e) => outlier.isEjected(e.key, nowMs),
+          )
+        : undefined;
+    if (endpoint === undefined) {
       endpoint = list[this.#index]!;
       this.#index = this.#index + 1 === list.length ? 0 : this.#index + 1;
+      // Skip ejected endpoints; the detector never ejects them all, so this ends within one lap.
+      for (let i = 1; i < list.length && outlier?.isEjected(endpoint.key, nowMs); i++) {
+        endpoint = list[this.#index]!;
+        this.#index = this.#index + 1 === list.length ? 0 : this.#index + 1;
+      }
     }
     if (sticky) {
       const entry = this.#sticky.get(clientIP);

@@ -33,11 +33,12 @@ export function newFamilyBalancers(
   sp: ServicePort,
   outlier: OutlierOptions | undefined,
   random: () => number = Math.random,
+  affinityByHash = false,
 ): FamilyBalancers {
-  const first = new RoundRobinBalancer(random, outlier);
+  const first = new RoundRobinBalancer(random, outlier, affinityByHash);
   const balancers = {
     IPv4: first,
-    IPv6: isDualStack(sp) ? new RoundRobinBalancer(random, outlier) : first,
+    IPv6: isDualStack(sp) ? new RoundRobinBalancer(random, outlier, affinityByHash) : first,
   };
   setFamilyAffinity(balancers, sp);
   return balancers;

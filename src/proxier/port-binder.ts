@@ -22,6 +22,11 @@ export type PortBinderDeps = {
   bindAttempts?: number;
   /** True for a service port whose failure is already reported: its retries do not warn again. */
   isFailing?: (key: ServicePortKey) => boolean;
+  /**
+   * A worker process (--workers): it binds exactly the port `preferredPorts` has for a key (the main
+   * process's, shared with SO_REUSEPORT) and never another.
+   */
+  exact?: boolean;
 };
 
 export type BoundPort = { listener: ServicePortListener; port: number };
@@ -36,6 +41,7 @@ export class PortBinder {
   readonly #host: () => string;
   readonly #bindAttempts: number;
   readonly #isFailing: (key: ServicePortKey) => boolean;
+  readonly #exact: boolean;
   #owners = new Map<number, string>();
   #ownersOf = -1;
 
@@ -47,6 +53,7 @@ export class PortBinder {
     this.#host = deps.host;
     this.#bindAttempts = deps.bindAttempts ?? 16;
     this.#isFailing = deps.isFailing ?? (() => false);
+    this.#exact = deps.exact === true;
   }
 
   /**
@@ -55,7 +62,7 @@ export class PortBinder {
    * does not know, or for a preferred port only listen() can try, or when the range is exhausted.
    */
   plan(preferredKey: string): number | undefined {
-    if (this.#allocator.range.size === 0) return undefined;
+    if (this.#allocator.range.size === 0 || this.#exact) return undefined;
     const preferred = this.#preferredPorts.get(preferredKey);
     if (preferred !== undefined) {
       if (this.#allocator.allocate(preferred)) return preferred;
@@ -82,6 +89,7 @@ export class PortBinder {
     planned?: number,
     destination?: OriginalDestination,
   ): Promise<BoundPort> {
+    if (this.#exact) return this.#listenExact(context, preferredKey, destination);
     const kernelChosen = this.#allocator.isKernelChosen;
     const busy = new Set<number>();
     let lastError: unknown;
@@ -131,6 +139,29 @@ export class PortBinder {
       `cannot listen for ${preferredKey}: ${(lastError as Error).message}${held}`,
       { cause: lastError },
     );
+  }
+
+  /** A worker's listener: on the main process's port for `key`, or KUP_ERR_LISTEN. */
+  async #listenExact(
+    context: ServicePortContext,
+    key: string,
+    destination: OriginalDestination | undefined,
+  ): Promise<BoundPort> {
+    const port = this.#preferredPorts.get(key);
+    if (port === undefined)
+      throw new ProxyError('KUP_ERR_LISTEN', `cannot listen for ${key}: the main process has no port for it`);
+    try {
+      const listener = await this.#bind(context, port, destination, false);
+      return { listener, port: listener.port };
+    } catch (err) {
+      throw new ProxyError(
+        'KUP_ERR_LISTEN',
+        `cannot listen for ${key} on ${port}: ${(err as Error).message}`,
+        {
+          cause: err,
+        },
+      );
+    }
   }
 
   /**

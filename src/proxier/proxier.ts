@@ -15,6 +15,7 @@ import { KeepAliveSweeper } from '../relay/keepalive.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
 import { noopObserver } from '../relay/observer.ts';
 import { OwnTraffic } from '../relay/own-traffic.ts';
+import type { ServicePortStats } from '../relay/service-context.ts';
 import { processSweeper, Sweeper } from '../relay/sweeper.ts';
 import type { Connector, TcpRelayOptions } from '../relay/tcp.ts';
 import type { UdpRelayOptions } from '../relay/udp.ts';
@@ -78,6 +79,13 @@ export type ProxierOptions = {
   udpMaxTotalSessions?: number;
   /** --proxy-protocol: the header of TCP service ports without the annotation; default off. */
   proxyProtocol?: ProxyProtocolMode;
+  /**
+   * Rules send traffic to the listeners although this proxier writes none: a worker process's, whose
+   * main process writes them (listeners per external destination, ClusterIP as a destination).
+   */
+  portalsElsewhere?: boolean;
+  /** ClientIP affinity by rendezvous hashing (several processes serve one port: --workers). */
+  affinityByHash?: boolean;
 };
 
 export type ProxierDeps = {
@@ -104,7 +112,12 @@ export type ProxierDeps = {
   onProxyPortsChanged?: (ports: ReadonlyMap<string, number>) => void;
   /** This host's addresses, read at each sync (default: the interfaces' addresses). */
   localAddresses?: () => readonly string[];
+  /** Bind exactly the ports of `preferredPorts` (a worker process: see PortBinder). */
+  exactPorts?: boolean;
 };
+
+/** Another process's counters added to a service port's own (Proxier.setStatsOverlay). */
+export type StatsOverlay = (key: ServicePortKey, own: ServicePortStats) => ServicePortStats;
 
 export type SyncResult = {
   full: boolean;
@@ -136,6 +149,7 @@ export class Proxier {
   #closed = false;
   #syncing = false;
   #portsChanged = false;
+  #statsOverlay: StatsOverlay | undefined;
   /** Descriptor exhaustion, shared by every listener (metrics read its counts). */
   readonly fdPressure: FdPressure;
   /** Connections and datagrams that come back from our own sockets, shared by every listener. */
@@ -189,6 +203,7 @@ export class Proxier {
       host: () => this.#listenHost,
       bindAttempts: options.bindAttempts,
       isFailing: (key) => this.#failed.has(key),
+      exact: deps.exactPorts,
     });
     this.#claims = new NodePortClaims({ listeners, log: deps.log });
     this.#portals = new PortalTracker(deps.portals ?? noPortals, options.claimNodePorts === true);
@@ -198,8 +213,9 @@ export class Proxier {
       observerFor: deps.observerFor ?? (() => noopObserver),
       log: deps.log,
       loopGuard: this.#loopGuard,
-      portals: this.#portals.enabled,
+      portals: this.#portals.enabled || options.portalsElsewhere === true,
       proxyProtocolDefault: options.proxyProtocol ?? 'off',
+      affinityByHash: options.affinityByHash === true,
     };
   }
 
@@ -222,8 +238,23 @@ export class Proxier {
   /** Service ports that are running, with their proxy ports and current endpoints. */
   status(): ServicePortStatus[] {
     const out: ServicePortStatus[] = [];
-    for (const rt of this.#services.values()) out.push(rt.status());
+    for (const rt of this.#services.values()) out.push(this.#withOverlay(rt.status()));
     return out;
+  }
+
+  /**
+   * Adds other processes' counters to what status() reports of each service port (--workers: the main
+   * process sets the workers'); undefined: this process's own.
+   */
+  setStatsOverlay(overlay: StatsOverlay | undefined): void {
+    this.#statsOverlay = overlay;
+  }
+
+  #withOverlay(status: ServicePortStatus): ServicePortStatus {
+    const overlay = this.#statsOverlay;
+    if (overlay === undefined) return status;
+    const stats = overlay(status.servicePort.key, status.context.stats);
+    return stats === status.context.stats ? status : { ...status, context: { ...status.context, stats } };
   }
 
   /** Service ports that should run but have no listener, with why. */
@@ -232,7 +263,8 @@ export class Proxier {
   }
 
   get(key: ServicePortKey): ServicePortStatus | undefined {
-    return this.#services.get(key)?.status();
+    const rt = this.#services.get(key);
+    return rt === undefined ? undefined : this.#withOverlay(rt.status());
   }
 
   /** NodePort claims that failed, by running service port (for /debug/services). */
@@ -469,7 +501,7 @@ export class Proxier {
       bindHost: this.#listenHost,
       localAddresses: this.#localAddresses,
       nodePorts: this.#options.claimNodePorts === true,
-      portals: this.#portals.enabled,
+      portals: this.#portals.enabled || this.#options.portalsElsewhere === true,
     });
     // No service port starts or stops meanwhile: only this sync does that.
     const running = [...this.#services.values()];

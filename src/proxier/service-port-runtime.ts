@@ -82,6 +82,8 @@ export type RuntimeDeps = {
   portals: boolean;
   /** --proxy-protocol: for service ports without the annotation. */
   proxyProtocolDefault: ProxyProtocolMode;
+  /** ClientIP affinity by rendezvous hashing, the same in every process (--workers). */
+  affinityByHash?: boolean;
 };
 
 const NO_KEYS: readonly EndpointKey[] = [];
@@ -405,7 +407,7 @@ function newContext(
   observer: ConnectionObserver,
   deps: RuntimeDeps,
 ): RelayContext {
-  const balancers = newFamilyBalancers(sp, deps.outlier);
+  const balancers = newFamilyBalancers(sp, deps.outlier, Math.random, deps.affinityByHash);
   return {
     name: sp.name,
     protocol: sp.protocol,

@@ -32,6 +32,11 @@ export type UdpRelayOptions = {
   maxQueued: number;
   /** SO_RCVBUF/SO_SNDBUF of the service socket (capped by net.core.rmem_max/wmem_max). */
   socketBufferBytes: number;
+  /**
+   * SO_REUSEPORT on the service socket, so the worker processes (--workers) listen on the same port and
+   * the kernel spreads clients over them by address and port (one client's datagrams stay on one).
+   */
+  reusePort?: boolean;
 };
 
 export const DEFAULT_UDP_OPTIONS: UdpRelayOptions = {
@@ -329,7 +334,12 @@ export class UdpListener implements Sweepable {
     this.budget = deps.budget;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
-    this.socket = dgram.createSocket({ type, reuseAddr: false, ipv6Only });
+    this.socket = dgram.createSocket({
+      type,
+      reuseAddr: false,
+      reusePort: options.reusePort === true,
+      ipv6Only,
+    });
     this.socket.on('message', (msg, rinfo) => this.#onMessage(msg, rinfo));
   }
 

@@ -1,7 +1,12 @@
 // The tracing routes of the metrics server: /debug/connections (the connection table as JSON) and
 // /debug/trace (trace events as NDJSON, streamed until the client goes away). Query strings only.
 import type http from 'node:http';
-import type { ConnectionFilter, ConnectionTable, ListOptions } from '../trace/connection-table.ts';
+import type {
+  ConnectionFilter,
+  ConnectionListing,
+  ConnectionTable,
+  ListOptions,
+} from '../trace/connection-table.ts';
 import type { Subscription, Tracer } from '../trace/tracer.ts';
 import type { Route } from './http.ts';
 import { sendJSON, sendText } from './http.ts';
@@ -11,7 +16,9 @@ type Parsed<T> = { ok: T; error?: undefined } | { ok?: undefined; error: string 
 function count(url: URL, name: string): Parsed<number | undefined> {
   const v = url.searchParams.get(name);
   if (v === null || v === '') return { ok: undefined };
-  if (!/^\d{1,9}$/.test(v)) return { error: `invalid ${name} "${v}": expected a non-negative integer` };
+  // 16 digits: the connection ids of worker processes start at n × 2^40 (connection-id.ts).
+  if (!/^\d{1,16}$/.test(v) || !Number.isSafeInteger(Number(v)))
+    return { error: `invalid ${name} "${v}": expected a non-negative integer` };
   return { ok: Number(v) };
 }
 
@@ -132,18 +139,25 @@ function tooManyFollowers(res: http.ServerResponse, tracer: Tracer): void {
 }
 
 /** `GET /debug/connections?service=&client=&id=&state=&limit=`: `{active, recent, totals, dropped}`. */
-function connectionsRoute(table: ConnectionTable): Route {
-  return (_req, res, url) => {
+/** The connection listing of the whole proxy: this process's table and its workers' (--workers). */
+export type ListConnections = (options: ListOptions) => ConnectionListing | Promise<ConnectionListing>;
+
+function connectionsRoute(list: ListConnections): Route {
+  return async (_req, res, url) => {
     const options = parseListOptions(url);
     if (options.error !== undefined) return sendText(res, 400, `${options.error}\n`);
-    sendJSON(res, 200, table.list(options.ok));
+    sendJSON(res, 200, await list(options.ok));
   };
 }
 
-/** The routes to merge into the metrics server's. */
-export function traceRoutes(tracer: Tracer, table: ConnectionTable): Record<string, Route> {
+/** The routes to merge into the metrics server's; `list` merges the workers' tables in. */
+export function traceRoutes(
+  tracer: Tracer,
+  table: ConnectionTable,
+  list: ListConnections = (options) => table.list(options),
+): Record<string, Route> {
   return {
-    '/debug/connections': connectionsRoute(table),
+    '/debug/connections': connectionsRoute(list),
     '/debug/trace': traceRoute(tracer),
   };
 }

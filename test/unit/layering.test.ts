@@ -24,6 +24,7 @@ const ALLOWED: Record<string, readonly (string | { folder: string; files: readon
   proxier: ['lib', 'config', 'state', 'loadbalancer', 'relay'],
   netfilter: ['lib', 'config', 'state', { folder: 'proxier', files: ['portal-programmer.ts'] }],
   server: ['lib', 'config', 'state', 'relay', 'trace', 'proxier'],
+  workers: ['lib', 'config', 'state', 'relay', 'trace', 'proxier'],
 };
 
 type Edge = { from: string; to: string; typeOnly: boolean };

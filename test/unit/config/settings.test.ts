@@ -54,6 +54,7 @@ const SAMPLES: { readonly [K in keyof Config]: { readonly arg: string; readonly 
   outlierConsecutiveFailures: { arg: '--outlier-consecutive-failures=0', want: 0 },
   outlierBaseEjectionMs: { arg: '--outlier-base-ejection-time=1s', want: 1000 },
   shutdownGracePeriodMs: { arg: '--shutdown-grace-period=30s', want: 30_000 },
+  workers: { arg: '--workers=3', want: 3 },
   trace: { arg: '--trace=none', want: 'none' },
   proxyProtocol: { arg: '--proxy-protocol=v2', want: 'v2' },
   accessLog: { arg: '--access-log', want: true },

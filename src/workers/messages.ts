@@ -1,0 +1,94 @@
+// What the main process and its workers (--workers) say to each other over the IPC channel (structured
+// clone: `serialization: 'advanced'`). The main process owns the sources, the state, the port
+// allocation and the rules; it hands each worker the service ports it runs, their endpoints and their
+// proxy ports, as a whole table when the worker starts and as deltas after each sync. Types and pure
+// builders only.
+import type { Config } from '../config/config.ts';
+import type { ServicePortStats } from '../relay/service-context.ts';
+import type { ServicePortEndpoints } from '../state/endpoint.ts';
+import type { ServicePort, ServicePortKey } from '../state/service-port.ts';
+import type { Snapshot } from '../state/snapshot.ts';
+import type { ConnectionListing, ListOptions } from '../trace/connection-table.ts';
+
+/** The first message a worker gets: what it needs to build its proxier. */
+export type InitMessage = {
+  readonly t: 'init';
+  readonly id: number;
+  readonly processes: number;
+  readonly config: Config;
+};
+
+/**
+ * The service ports (`null`: gone), endpoints (`null`: none) and proxy ports (`ns/name:port/PROTO[...]`
+ * → port; `ports` is the whole map, when it changed). A `full` table replaces what the worker had.
+ */
+export type TableMessage = {
+  readonly t: 'table';
+  readonly full: boolean;
+  readonly servicePorts: readonly (readonly [ServicePortKey, ServicePort | null])[];
+  readonly endpoints: readonly (readonly [ServicePortKey, ServicePortEndpoints | null])[];
+  readonly ports?: readonly (readonly [string, number])[];
+};
+
+/** Stop accepting, let connections finish within `graceMs`, then exit. */
+export type DrainMessage = { readonly t: 'drain'; readonly graceMs: number };
+
+/** Asks for the worker's per service port counters (answered with a StatsReply of the same id). */
+export type StatsRequest = { readonly t: 'stats'; readonly id: number };
+
+/** Asks for the worker's connection table (answered with a ConnectionsReply of the same id). */
+export type ConnectionsRequest = {
+  readonly t: 'connections';
+  readonly id: number;
+  readonly options: ListOptions;
+};
+
+export type ToWorker = InitMessage | TableMessage | DrainMessage | StatsRequest | ConnectionsRequest;
+
+/** The worker is listening on what it was given (after each table it applied). */
+export type SyncedMessage = { readonly t: 'synced'; readonly servicePorts: number; readonly failed: number };
+
+export type StatsReply = {
+  readonly t: 'stats';
+  readonly id: number;
+  readonly stats: readonly (readonly [ServicePortKey, ServicePortStats])[];
+};
+
+export type ConnectionsReply = {
+  readonly t: 'connections';
+  readonly id: number;
+  readonly listing: ConnectionListing;
+};
+
+export type FromWorker = { readonly t: 'ready' } | SyncedMessage | StatsReply | ConnectionsReply;
+
+/** The whole table of `snapshot`, for a worker that starts. */
+export function fullTable(snapshot: Snapshot | undefined, ports: ReadonlyMap<string, number>): TableMessage {
+  return {
+    t: 'table',
+    full: true,
+    servicePorts: snapshot === undefined ? [] : [...snapshot.servicePorts],
+    endpoints: snapshot === undefined ? [] : [...snapshot.endpoints],
+    ports: [...ports],
+  };
+}
+
+/** What changed in `snapshot` (a checkout the main process applied), and the ports when they changed. */
+export function tableDelta(snapshot: Snapshot, ports: ReadonlyMap<string, number> | undefined): TableMessage {
+  return {
+    t: 'table',
+    full: false,
+    servicePorts: [...snapshot.changedServicePorts].map(
+      (k) => [k, snapshot.servicePorts.get(k) ?? null] as const,
+    ),
+    endpoints: [...snapshot.changedEndpoints].map((k) => [k, snapshot.endpoints.get(k) ?? null] as const),
+    ...(ports === undefined ? {} : { ports: [...ports] }),
+  };
+}
+
+/** True when the two port maps hold the same entries. */
+export function samePorts(a: ReadonlyMap<string, number>, b: ReadonlyMap<string, number>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [k, v] of a) if (b.get(k) !== v) return false;
+  return true;
+}

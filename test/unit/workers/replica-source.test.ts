@@ -1,0 +1,125 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { ServicePortEndpoints } from '../../../src/state/endpoint.ts';
+import type { ServicePortKey } from '../../../src/state/service-port.ts';
+import { ReplicaSource, servicePortKeyOf } from '../../../src/workers/replica-source.ts';
+import { ep } from '../../helpers/endpoints.ts';
+import { portal } from '../../helpers/portals.ts';
+
+const web = portal('default', 'web', 'http').servicePort;
+const dns = portal('default', 'dns', 'dns', { protocol: 'UDP' }).servicePort;
+const eps = (ip: string): ServicePortEndpoints => ({ cluster: [ep(ip, 8080)], local: [] }) as never;
+const keys = (s: ReadonlySet<ServicePortKey>) => [...s].sort();
+
+test('servicePortKeyOf: the service port of every listener key', () => {
+  assert.equal(servicePortKeyOf('ns/web:http/TCP'), 'ns/web:http/TCP');
+  assert.equal(servicePortKeyOf('ns/web:http/TCP/local'), 'ns/web:http/TCP');
+  assert.equal(servicePortKeyOf('ns/web:http/TCP/to/203.0.113.7/local'), 'ns/web:http/TCP');
+  assert.equal(servicePortKeyOf('ns/web:/TCP/to/fd00::1'), 'ns/web:/TCP');
+});
+
+test('only service ports the main process runs (a port for them) are shown; deltas apply in order', () => {
+  const r = new ReplicaSource();
+  assert.equal(r.isInitialized, false);
+  r.apply({
+    t: 'table',
+    full: true,
+    servicePorts: [
+      [web.key, web],
+      [dns.key, dns],
+    ],
+    endpoints: [[web.key, eps('10.244.0.10')]],
+    ports: [[web.key, 40000]],
+  });
+  assert.equal(r.isInitialized, true);
+  let s = r.checkout();
+  assert.deepEqual([...s.servicePorts.keys()], [web.key], 'dns has no port from the main process');
+  assert.deepEqual(keys(s.changedServicePorts), [dns.key, web.key].sort());
+  assert.equal(r.pending, false);
+  // The main process opened dns: its port arrives.
+  r.apply({
+    t: 'table',
+    full: false,
+    servicePorts: [],
+    endpoints: [],
+    ports: [
+      [web.key, 40000],
+      [dns.key, 40001],
+    ],
+  });
+  s = r.checkout();
+  assert.deepEqual([...s.servicePorts.keys()].sort(), [dns.key, web.key].sort());
+  assert.deepEqual(keys(s.changedServicePorts), [dns.key]);
+  // An endpoint change alone: the fast path.
+  r.apply({ t: 'table', full: false, servicePorts: [], endpoints: [[web.key, eps('10.244.0.11')]] });
+  assert.equal(r.onlyEndpointsPending, true);
+  s = r.checkout();
+  assert.deepEqual(keys(s.changedEndpoints), [web.key]);
+  assert.equal(s.endpoints.get(web.key)?.cluster[0]?.ip, '10.244.0.11');
+  // Removed.
+  r.apply({
+    t: 'table',
+    full: false,
+    servicePorts: [[dns.key, null]],
+    endpoints: [],
+    ports: [[web.key, 40000]],
+  });
+  s = r.checkout();
+  assert.deepEqual([...s.servicePorts.keys()], [web.key]);
+});
+
+test('a service port whose port moved is closed in one checkout and opened on the new port in the next', () => {
+  const r = new ReplicaSource();
+  r.apply({
+    t: 'table',
+    full: true,
+    servicePorts: [[web.key, web]],
+    endpoints: [],
+    ports: [[web.key, 40000]],
+  });
+  r.checkout();
+  r.apply({ t: 'table', full: false, servicePorts: [], endpoints: [], ports: [[web.key, 40005]] });
+  let s = r.checkout();
+  assert.equal(s.servicePorts.has(web.key), false, 'closed first');
+  assert.deepEqual(keys(s.changedServicePorts), [web.key]);
+  assert.equal(r.pending, true);
+  s = r.checkout();
+  assert.equal(s.servicePorts.has(web.key), true);
+  assert.equal(r.ports.get(web.key), 40005);
+  // A second listener's port moving (`/local`) reopens the service port too.
+  r.apply({
+    t: 'table',
+    full: false,
+    servicePorts: [],
+    endpoints: [],
+    ports: [
+      [web.key, 40005],
+      [`${web.key}/local`, 40006],
+    ],
+  });
+  s = r.checkout();
+  assert.equal(s.servicePorts.has(web.key), false);
+  assert.equal(r.checkout().servicePorts.has(web.key), true);
+});
+
+test('a full table replaces what was there (a worker that restarted, or a reset)', () => {
+  const r = new ReplicaSource();
+  r.apply({
+    t: 'table',
+    full: true,
+    servicePorts: [[web.key, web]],
+    endpoints: [],
+    ports: [[web.key, 40000]],
+  });
+  r.checkout();
+  r.apply({
+    t: 'table',
+    full: true,
+    servicePorts: [[dns.key, dns]],
+    endpoints: [],
+    ports: [[dns.key, 40001]],
+  });
+  const s = r.checkout();
+  assert.deepEqual([...s.servicePorts.keys()], [dns.key]);
+  assert.deepEqual(keys(s.changedServicePorts), [dns.key, web.key].sort());
+});
