@@ -24,6 +24,7 @@ COPY --from=build /build/package.json ./
 COPY --from=build /build/node_modules ./node_modules
 COPY --from=build /build/dist ./dist
 COPY bin ./bin
+COPY ui ./ui
 RUN ln -s /usr/local/lib/node_modules/kube-userspace-proxy/bin/kube-userspace-proxy.js /usr/local/bin/kube-userspace-proxy \
  && node bin/kube-userspace-proxy.js --version
 ENV NODE_ENV=production

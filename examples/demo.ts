@@ -66,6 +66,7 @@ for (let i = 0; i < 50; i++) {
       `\nkube-userspace-proxy is serving examples/demo.yaml:\n${lines.join('\n')}\n\nTry:\n` +
         `  curl http://127.0.0.1:${web?.proxyPort}/     (round robin: run it twice)\n` +
         `  echo hi | nc -u -w1 127.0.0.1 ${udp?.proxyPort}\n` +
+        '  open http://127.0.0.1:10249/ui/   (the live console)\n' +
         '  curl -s http://127.0.0.1:10249/debug/services | head\n' +
         '  curl -s http://127.0.0.1:10256/healthz\n' +
         'Edit examples/demo.yaml to add, change or remove services and endpoints. Ctrl-C stops.\n\n',

@@ -41,6 +41,7 @@ import { ProxyHealth } from './server/proxy-health.ts';
 import { ServiceHealthServer } from './server/service-health.ts';
 import { registerTraceMetrics } from './server/trace-metrics.ts';
 import { traceRoutes } from './server/trace-routes.ts';
+import { uiRoutes } from './server/ui-routes.ts';
 import { KubernetesSource, loadKubeConfig } from './source/kubernetes.ts';
 import { ManifestSource } from './source/manifest.ts';
 import { isNodeEligible, nodeInternalIP, nodePodCIDRs } from './source/node-info.ts';
@@ -405,6 +406,7 @@ export class ProxyServer {
             ...metricsRoutes(this.metrics, this.config),
             ...traceRoutes(this.tracer, this.connections, (options) => this.listConnections(options)),
             ...debugRoutes(() => this.proxier),
+            ...uiRoutes(this),
           }),
         (s) => {
           this.metricsServer = s;
