@@ -404,7 +404,17 @@ export class ProxyServer {
         () =>
           this.#withWorkerStats({
             ...metricsRoutes(this.metrics, this.config),
-            ...traceRoutes(this.tracer, this.connections, (options) => this.listConnections(options)),
+            ...traceRoutes(
+              this.tracer,
+              this.connections,
+              (options) => this.listConnections(options),
+              this.workers === undefined
+                ? undefined
+                : {
+                    recentLines: (filter, limit) => this.workers!.recentTraceLines(filter, limit),
+                    follow: (filter, onLines) => this.workers!.followTrace(filter, onLines),
+                  },
+            ),
             ...debugRoutes(() => this.proxier),
             ...uiRoutes(this),
           }),

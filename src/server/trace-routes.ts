@@ -74,8 +74,8 @@ const NDJSON_HEADERS = {
  * follower does not get (it does not read, or the stream is over its time budget) is reported as a
  * `{"type":"dropped","count":n}` line.
  */
-function traceRoute(tracer: Tracer): Route {
-  return (req, res, url) => {
+function traceRoute(tracer: Tracer, others: OtherTraces | undefined): Route {
+  return async (req, res, url) => {
     const filter = parseFilter(url);
     const limit = count(url, 'limit');
     const follow = parseFollow(url);
@@ -86,21 +86,37 @@ function traceRoute(tracer: Tracer): Route {
       res.end();
       return;
     }
-    // Subscribed before the backlog is read, so that nothing falls between the two.
+    // Subscribed before the backlog is read, so that nothing falls between the two; live events wait
+    // (`held`) until the backlog is out, which other processes (--workers) may take a moment to send.
+    let held: (Buffer | Uint8Array)[] | undefined = [];
+    const emit = (chunk: Buffer | Uint8Array) => {
+      if (res.destroyed) return;
+      if (held !== undefined) held.push(chunk);
+      else res.write(chunk);
+    };
     let sub: Subscription | undefined;
     if (follow.ok) {
-      sub = tracer.subscribeLines(filter.ok!, {
-        ready: () => ready(res, sub!),
-        write: (chunk) => {
-          if (!res.destroyed) res.write(chunk);
-        },
-      });
+      sub = tracer.subscribeLines(filter.ok!, { ready: () => ready(res, sub!), write: emit });
       if (sub === undefined) return tooManyFollowers(res, tracer);
-      res.on('close', () => sub!.close());
+      // The other processes' events, as they batch them; past the buffer bound they are dropped.
+      const remote = others?.follow(filter.ok!, (data) => {
+        if (res.writableLength <= MAX_BUFFERED) emit(data);
+      });
+      res.on('close', () => {
+        sub!.close();
+        remote?.close();
+      });
     }
     res.writeHead(200, NDJSON_HEADERS);
-    const backlog = tracer.recentLines(filter.ok, limit.ok);
+    const own = tracer.recentLines(filter.ok, limit.ok);
+    const backlog =
+      others === undefined
+        ? own
+        : mergeLines([own, ...(await others.recentLines(filter.ok!, limit.ok))], limit.ok);
+    if (res.destroyed) return;
     if (backlog !== '') res.write(backlog);
+    for (const chunk of held) res.write(chunk);
+    held = undefined;
     if (!follow.ok) {
       res.end();
       return;
@@ -150,14 +166,46 @@ function connectionsRoute(list: ListConnections): Route {
   };
 }
 
-/** The routes to merge into the metrics server's; `list` merges the workers' tables in. */
+/** The trace events of the other processes of the proxy (--workers). */
+export interface OtherTraces {
+  /** Their buffered events matching `filter`, NDJSON, one string per process. */
+  recentLines(filter: ConnectionFilter, limit: number | undefined): Promise<string[]>;
+  /** Their live events matching `filter`, in NDJSON batches, until close(). */
+  follow(filter: ConnectionFilter, onLines: (data: Uint8Array) => void): { close(): void };
+}
+
+/**
+ * NDJSON of several processes (each oldest first) as one, oldest first by each event's `atMs`, the
+ * newest `limit`.
+ */
+export function mergeLines(texts: readonly string[], limit: number | undefined): string {
+  const lines = texts.flatMap((t) =>
+    t === '' ? [] : t.slice(0, t.endsWith('\n') ? -1 : undefined).split('\n'),
+  );
+  const timed = lines.map((line) => ({ line, time: eventTime(line) }));
+  timed.sort((a, b) => a.time - b.time);
+  const kept = limit === undefined ? timed : timed.slice(Math.max(0, timed.length - limit));
+  return kept.length === 0 ? '' : `${kept.map((e) => e.line).join('\n')}\n`;
+}
+
+/** The `atMs` of an event line; 0 when it has none. */
+function eventTime(line: string): number {
+  const m = /"atMs":(\d+)/.exec(line);
+  return m === null ? 0 : Number(m[1]);
+}
+
+/**
+ * The routes to merge into the metrics server's; `list` merges the workers' tables in, `others` their
+ * trace events.
+ */
 export function traceRoutes(
   tracer: Tracer,
   table: ConnectionTable,
   list: ListConnections = (options) => table.list(options),
+  others?: OtherTraces,
 ): Record<string, Route> {
   return {
     '/debug/connections': connectionsRoute(list),
-    '/debug/trace': traceRoute(tracer),
+    '/debug/trace': traceRoute(tracer, others),
   };
 }

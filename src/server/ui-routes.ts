@@ -7,7 +7,12 @@ import type { Config } from '../config/config.ts';
 import type { Logger } from '../lib/log.ts';
 import { jsonSafe } from '../lib/printable.ts';
 import type { Proxier, ServicePortStatus } from '../proxier/proxier.ts';
-import type { ConnectionState, ConnectionTable } from '../trace/connection-table.ts';
+import type {
+  ConnectionListing,
+  ConnectionState,
+  ConnectionTable,
+  ListOptions,
+} from '../trace/connection-table.ts';
 import type { Tracer } from '../trace/tracer.ts';
 import type { Route } from './http.ts';
 import { sendText } from './http.ts';
@@ -23,6 +28,8 @@ import { SERVICE_SORTS, type ServiceSort, uiServices } from './ui-services.ts';
 export interface UiSource {
   readonly proxier: Proxier;
   readonly connections: ConnectionTable;
+  /** The connection table of the whole proxy (with --workers, every process's). */
+  listConnections(options: ListOptions): Promise<ConnectionListing>;
   readonly tracer: Tracer;
   readonly health: ProxyHealth;
   readonly state: { readonly pendingServiceChanges: number; readonly pendingEndpointChanges: number };
@@ -134,7 +141,7 @@ export function uiRoutes(source: UiSource, options: UiRoutesOptions = {}): Recor
         ),
       );
     },
-    '/ui/api/connections': (_req, res, url) => {
+    '/ui/api/connections': async (_req, res, url) => {
       const get = (name: string) => url.searchParams.get(name) || undefined;
       const state = get('state') ?? 'all';
       const protocol = get('protocol');
@@ -159,7 +166,7 @@ export function uiRoutes(source: UiSource, options: UiRoutesOptions = {}): Recor
         offset: offset.ok!,
         limit: limit.ok!,
       };
-      sendJson(res, uiConnections(source.connections.list(listOptionsOf(query)), query));
+      sendJson(res, uiConnections(await source.listConnections(listOptionsOf(query)), query));
     },
   };
 }

@@ -8,7 +8,7 @@ import type { ServicePortStats } from '../relay/service-context.ts';
 import type { ServicePortEndpoints } from '../state/endpoint.ts';
 import type { ServicePort, ServicePortKey } from '../state/service-port.ts';
 import type { Snapshot } from '../state/snapshot.ts';
-import type { ConnectionListing, ListOptions } from '../trace/connection-table.ts';
+import type { ConnectionFilter, ConnectionListing, ListOptions } from '../trace/connection-table.ts';
 
 /** The first message a worker gets: what it needs to build its proxier. */
 export type InitMessage = {
@@ -43,7 +43,30 @@ export type ConnectionsRequest = {
   readonly options: ListOptions;
 };
 
-export type ToWorker = InitMessage | TableMessage | DrainMessage | StatsRequest | ConnectionsRequest;
+/** Follow the trace stream (`sub` names the follower of the main process's /debug/trace). */
+export type TraceFollow = {
+  readonly t: 'trace-follow';
+  readonly sub: number;
+  readonly filter: ConnectionFilter;
+};
+export type TraceUnfollow = { readonly t: 'trace-unfollow'; readonly sub: number };
+/** The buffered trace events (NDJSON), answered with a TraceRecentReply of the same id. */
+export type TraceRecentRequest = {
+  readonly t: 'trace-recent';
+  readonly id: number;
+  readonly filter: ConnectionFilter;
+  readonly limit: number | undefined;
+};
+
+export type ToWorker =
+  | InitMessage
+  | TableMessage
+  | DrainMessage
+  | StatsRequest
+  | ConnectionsRequest
+  | TraceFollow
+  | TraceUnfollow
+  | TraceRecentRequest;
 
 /** The worker is listening on what it was given (after each table it applied). */
 export type SyncedMessage = { readonly t: 'synced'; readonly servicePorts: number; readonly failed: number };
@@ -60,7 +83,17 @@ export type ConnectionsReply = {
   readonly listing: ConnectionListing;
 };
 
-export type FromWorker = { readonly t: 'ready' } | SyncedMessage | StatsReply | ConnectionsReply;
+/** Lines of a followed trace stream, as the worker's stream batched them. */
+export type TraceLines = { readonly t: 'trace-lines'; readonly sub: number; readonly data: Uint8Array };
+export type TraceRecentReply = { readonly t: 'trace-recent'; readonly id: number; readonly lines: string };
+
+export type FromWorker =
+  | { readonly t: 'ready' }
+  | SyncedMessage
+  | StatsReply
+  | ConnectionsReply
+  | TraceLines
+  | TraceRecentReply;
 
 /** The whole table of `snapshot`, for a worker that starts. */
 export function fullTable(snapshot: Snapshot | undefined, ports: ReadonlyMap<string, number>): TableMessage {

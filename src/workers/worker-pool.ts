@@ -6,7 +6,7 @@ import type { Config } from '../config/config.ts';
 import type { Logger } from '../lib/log.ts';
 import type { ServicePortStats } from '../relay/service-context.ts';
 import type { ServicePortKey } from '../state/service-port.ts';
-import type { ConnectionListing, ListOptions } from '../trace/connection-table.ts';
+import type { ConnectionFilter, ConnectionListing, ListOptions } from '../trace/connection-table.ts';
 import type { FromWorker, TableMessage, ToWorker } from './messages.ts';
 
 /** Starts one worker process (injected so tests can count or fail starts). */
@@ -52,6 +52,9 @@ export class WorkerPool {
   #closing = false;
   #requestId = 0;
   readonly #waiting = new Map<number, (stats: FromWorker) => void>();
+  /** Trace followers of the main process, by subscription number: their filter and where lines go. */
+  readonly #follows = new Map<number, { filter: ConnectionFilter; onLines: (data: Uint8Array) => void }>();
+  #followId = 0;
 
   constructor(options: WorkerPoolOptions) {
     this.#options = options;
@@ -85,13 +88,19 @@ export class WorkerPool {
     child.once('exit', (code, signal) => this.#onExit(slot, child, code, signal));
     this.#send(child, { t: 'init', id: slot.id, processes: this.#slots.length + 1, config });
     this.#send(child, this.#options.table());
+    // A worker that restarts follows for those already following.
+    for (const [sub, { filter }] of this.#follows) this.#send(child, { t: 'trace-follow', sub, filter });
     log.info({ worker: slot.id, pid: child.pid }, 'Worker started');
   }
 
   #onMessage(slot: Slot, child: ChildProcess, msg: FromWorker): void {
     if (slot.child !== child) return;
-    if (msg.t === 'stats' || msg.t === 'connections') {
+    if (msg.t === 'stats' || msg.t === 'connections' || msg.t === 'trace-recent') {
       this.#waiting.get(msg.id)?.(msg);
+      return;
+    }
+    if (msg.t === 'trace-lines') {
+      this.#follows.get(msg.sub)?.onLines(msg.data);
       return;
     }
     if (msg.t === 'synced' && msg.failed > 0)
@@ -148,6 +157,27 @@ export class WorkerPool {
   async connections(options: ListOptions): Promise<ConnectionListing[]> {
     const replies = await this.#ask((id) => ({ t: 'connections', id, options }));
     return replies.flatMap((r) => (r.t === 'connections' ? [r.listing] : []));
+  }
+
+  /** Every running worker's buffered trace events matching `filter` (NDJSON each; those that answered). */
+  async recentTraceLines(filter: ConnectionFilter, limit: number | undefined): Promise<string[]> {
+    const replies = await this.#ask((id) => ({ t: 'trace-recent', id, filter, limit }));
+    return replies.flatMap((r) => (r.t === 'trace-recent' ? [r.lines] : []));
+  }
+
+  /** Every worker's live trace events matching `filter`, to `onLines` (NDJSON batches) until close(). */
+  followTrace(filter: ConnectionFilter, onLines: (data: Uint8Array) => void): { close(): void } {
+    const sub = ++this.#followId;
+    this.#follows.set(sub, { filter, onLines });
+    for (const slot of this.#slots)
+      if (slot.child !== undefined) this.#send(slot.child, { t: 'trace-follow', sub, filter });
+    return {
+      close: () => {
+        if (!this.#follows.delete(sub)) return;
+        for (const slot of this.#slots)
+          if (slot.child !== undefined) this.#send(slot.child, { t: 'trace-unfollow', sub });
+      },
+    };
   }
 
   /** One request to every connected worker; the replies that came within the timeout. */

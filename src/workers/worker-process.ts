@@ -11,8 +11,8 @@ import { proxierOptions } from '../proxier/proxier-options.ts';
 import { setConnectionIdBase } from '../relay/connection-id.ts';
 import type { ServicePortStats } from '../relay/service-context.ts';
 import type { ServicePortKey } from '../state/service-port.ts';
-import { ConnectionTable } from '../trace/connection-table.ts';
-import { createTracer } from '../trace/tracer.ts';
+import { type ConnectionFilter, ConnectionTable } from '../trace/connection-table.ts';
+import { createTracer, type Subscription, type Tracer } from '../trace/tracer.ts';
 import type { FromWorker, InitMessage, ToWorker } from './messages.ts';
 import { ReplicaSource } from './replica-source.ts';
 
@@ -24,6 +24,9 @@ class Worker {
   readonly #replica = new ReplicaSource();
   readonly proxier: Proxier;
   readonly #connections: ConnectionTable;
+  readonly #tracer: Tracer;
+  /** The trace streams the main process's followers asked for, by its subscription number. */
+  readonly #follows = new Map<number, Subscription>();
   #running = false;
   #again = false;
   #draining = false;
@@ -42,6 +45,7 @@ class Worker {
       table: connections,
       accessLog: config.accessLog ? this.#log.child({ component: 'access' }) : undefined,
     });
+    this.#tracer = tracer;
     this.proxier = new Proxier(
       {
         ...proxierOptions(config, readFdLimits(), init.processes),
@@ -78,6 +82,16 @@ class Worker {
       case 'connections':
         send({ t: 'connections', id: msg.id, listing: this.#connections.list(msg.options) });
         return;
+      case 'trace-recent':
+        send({ t: 'trace-recent', id: msg.id, lines: this.#tracer.recentLines(msg.filter, msg.limit) });
+        return;
+      case 'trace-follow':
+        this.#follow(msg.sub, msg.filter);
+        return;
+      case 'trace-unfollow':
+        this.#follows.get(msg.sub)?.close();
+        this.#follows.delete(msg.sub);
+        return;
       case 'drain':
         void this.drain(msg.graceMs);
         return;
@@ -113,6 +127,17 @@ class Worker {
         this.#running = false;
       }
     })();
+  }
+
+  /** Streams events for a follower of the main process; what the channel cannot take now is dropped. */
+  #follow(sub: number, filter: ConnectionFilter): void {
+    if (this.#follows.has(sub)) return;
+    const subscription = this.#tracer.subscribeLines(filter, {
+      // The channel's own backlog: a main process that does not read its messages gets no more.
+      ready: () => process.connected,
+      write: (data) => send({ t: 'trace-lines', sub, data }),
+    });
+    if (subscription !== undefined) this.#follows.set(sub, subscription);
   }
 
   #stats(): [ServicePortKey, ServicePortStats][] {

@@ -209,6 +209,53 @@ test('--workers 2: both processes serve one port; counters summed, connections l
   const byWorker = listing.recent.filter((r) => isWorkerId(r.id)).length;
   assert.ok(byWorker > 0 && byWorker < 40, `both processes took connections (worker: ${byWorker} of 40)`);
   assert.equal(new Set(listing.recent.map((r) => r.id)).size, 40, 'ids unique across processes');
+  // The console's table and the trace backlog hold both processes' connections too.
+  const ui = await proxy.get<{ rows: { id: number }[] }>('/ui/api/connections?state=closed&limit=100');
+  assert.equal(ui.rows.length, 40);
+  assert.ok(ui.rows.some((r) => isWorkerId(r.id)) && ui.rows.some((r) => !isWorkerId(r.id)));
+  const backlog = (await proxy.text('/debug/trace?follow=false'))
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { type: string; id: number; atMs: number });
+  const opened = backlog.filter((e) => e.type === 'opened');
+  assert.equal(opened.length, 40, 'every opening, from both processes');
+  assert.ok(opened.some((e) => isWorkerId(e.id)) && opened.some((e) => !isWorkerId(e.id)));
+  assert.deepEqual(
+    backlog.map((e) => e.atMs),
+    backlog.map((e) => e.atMs).sort((x, y) => x - y),
+    'oldest first across processes',
+  );
+  // A follower sees both processes' new connections as they happen.
+  const ac = new AbortController();
+  t.after(() => ac.abort());
+  const res = await fetch(`http://127.0.0.1:${proxy.metricsPort}/debug/trace`, { signal: ac.signal });
+  const reader = res.body!.getReader();
+  let followed = '';
+  const seen = { worker: false, main: false };
+  const readUntilBoth = (async () => {
+    const decoder = new TextDecoder();
+    while (!(seen.worker && seen.main)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      followed += decoder.decode(value, { stream: true });
+      for (const line of followed.split('\n').slice(0, -1)) {
+        const e = JSON.parse(line) as { type: string; id: number; atMs: number };
+        if (e.type !== 'opened' || e.atMs < backlog.at(-1)!.atMs) continue;
+        if (isWorkerId(e.id)) seen.worker = true;
+        else seen.main = true;
+      }
+    }
+  })();
+  await waitFor(
+    async () => {
+      await ask(port);
+      return seen.worker && seen.main;
+    },
+    10_000,
+    'the follower to see both processes',
+  );
+  ac.abort();
+  await readUntilBoth.catch(() => {});
 
   // The endpoint moves: within moments no process sends anyone to the old one.
   await proxy.write(objects('127.0.0.52'));
