@@ -47,7 +47,7 @@ import { ManifestSource } from './source/manifest.ts';
 import { isNodeEligible, nodeInternalIP, nodePodCIDRs } from './source/node-info.ts';
 import type { Node } from './source/objects.ts';
 import { ProxyState } from './state/proxy-state.ts';
-import type { ServicePortKey } from './state/service-port.ts';
+import { type ServicePortKey, servicePortKey } from './state/service-port.ts';
 import type { Snapshot } from './state/snapshot.ts';
 import type { ConnectionListing, ListOptions } from './trace/connection-table.ts';
 import { ConnectionTable } from './trace/connection-table.ts';
@@ -139,6 +139,7 @@ export class ProxyServer {
               this.#workerPorts = this.proxier.proxyPorts();
               return fullTable(this.proxier.snapshot, this.#workerPorts);
             },
+            onEjection: (e) => this.proxier.applyEjection(e.key, e.endpoint, e.untilMs, e.ejections),
           })
         : undefined;
     this.health = new ProxyHealth(2 * config.iptablesSyncPeriodMs);
@@ -202,6 +203,18 @@ export class ProxyServer {
         log: this.log.child({ component: 'proxier' }),
         preferredPorts: this.#preferredPorts,
         observerFor: this.tracer.observerFor,
+        // No process keeps trying an endpoint one of them ejected (--workers).
+        onEjection:
+          this.workers === undefined
+            ? undefined
+            : (context, ejection) =>
+                this.workers?.send({
+                  t: 'ejection',
+                  key: servicePortKey(context.name, context.protocol),
+                  endpoint: ejection.endpoint,
+                  untilMs: ejection.untilMs,
+                  ejections: ejection.ejections,
+                }),
         onProxyPortsChanged: (ports) => this.#stateFile?.save(ports),
       },
     );

@@ -72,6 +72,34 @@ export class OutlierDetector {
     return { endpoint, untilMs: h.ejectedUntilMs, ejections: h.ejections, failures: h.failures };
   }
 
+  /**
+   * Another process of this proxy ejected `endpoint` until `untilMs` (--workers): skipped here too, and
+   * its next failure here after that time ejects it for longer, as if the ejection had been this one's.
+   * Nothing when it is ejected already, or when the cap would be passed (never every endpoint).
+   */
+  ejectedElsewhere(
+    endpoint: string,
+    untilMs: number,
+    ejections: number,
+    total: number,
+    nowMs: number,
+  ): boolean {
+    if (untilMs <= nowMs) return false;
+    let h = this.#health.get(endpoint);
+    if (h === undefined) {
+      h = { failures: 0, ejections: 0, ejectedUntilMs: 0 };
+      this.#health.set(endpoint, h);
+    }
+    if (h.ejectedUntilMs !== 0) return false;
+    const cap = Math.min(total - 1, Math.floor((total * this.options.maxEjectionPercent) / 100) || 1);
+    if (this.#ejected >= cap) return false;
+    h.ejections = Math.max(h.ejections, ejections);
+    h.failures = 0;
+    h.ejectedUntilMs = untilMs;
+    this.#ejected++;
+    return true;
+  }
+
   /** A connect to `endpoint` succeeded: its failure streak and back-off history are forgotten. */
   succeeded(endpoint: string): void {
     const h = this.#health.get(endpoint);

@@ -10,6 +10,7 @@ import { isProxyError, ProxyError } from '../lib/errors.ts';
 import type { Logger } from '../lib/log.ts';
 import { Yielder } from '../lib/yielder.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
+import type { EjectionListener } from '../relay/endpoint-failure.ts';
 import { FD_PROBE_MS, FdPressure } from '../relay/fd-pressure.ts';
 import { KeepAliveSweeper } from '../relay/keepalive.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
@@ -114,6 +115,8 @@ export type ProxierDeps = {
   localAddresses?: () => readonly string[];
   /** Bind exactly the ports of `preferredPorts` (a worker process: see PortBinder). */
   exactPorts?: boolean;
+  /** Each ejection this proxier's relays decide (--workers: the other processes are told). */
+  onEjection?: EjectionListener;
 };
 
 /** Another process's counters added to a service port's own (Proxier.setStatsOverlay). */
@@ -193,6 +196,7 @@ export class Proxier {
         fdPressure: this.fdPressure,
         budget: this.udpBudget,
         ownTraffic: this.ownTraffic,
+        onEjection: deps.onEjection,
         ...sweepers,
       });
     this.#binder = new PortBinder({
@@ -240,6 +244,23 @@ export class Proxier {
     const out: ServicePortStatus[] = [];
     for (const rt of this.#services.values()) out.push(this.#withOverlay(rt.status()));
     return out;
+  }
+
+  /**
+   * Another process of this proxy ejected `endpoint` of service port `key` until `untilMs` (--workers):
+   * every balancer here that holds it skips it too. True when one did.
+   */
+  applyEjection(key: ServicePortKey, endpoint: string, untilMs: number, ejections: number): boolean {
+    const rt = this.#services.get(key);
+    if (rt === undefined) return false;
+    const now = this.#clock.now();
+    let applied = false;
+    for (const balancer of rt.balancers()) {
+      if (!balancer.endpoints.some((e) => e.key === endpoint)) continue;
+      if (balancer.outlier?.ejectedElsewhere(endpoint, untilMs, ejections, balancer.endpoints.length, now))
+        applied = true;
+    }
+    return applied;
   }
 
   /**

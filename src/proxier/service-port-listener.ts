@@ -2,6 +2,7 @@
 // factory: the real TCP and UDP relays. Tests inject a factory of their own (no sockets) to drive the
 // proxier alone. TcpListener and UdpListener satisfy the contract structurally.
 import type { Logger } from '../lib/log.ts';
+import type { EjectionListener } from '../relay/endpoint-failure.ts';
 import type { FdPressure } from '../relay/fd-pressure.ts';
 import type { KeepAliveSweeper } from '../relay/keepalive.ts';
 import type { OriginalDestination } from '../relay/original-destination.ts';
@@ -55,6 +56,8 @@ export type RelayListenerDeps = {
   budget: UdpSessionBudget | undefined;
   /** Shared by every listener: what comes back from our own sockets (forwarding loops). */
   ownTraffic?: OwnTraffic;
+  /** Each ejection this process decides (--workers: the others are told). */
+  onEjection?: EjectionListener;
   /** The one timer idle UDP sessions, TCP stalls and keep-alive are swept on (default: the process's). */
   sweeper?: Sweeper;
   keepAlive?: KeepAliveSweeper;

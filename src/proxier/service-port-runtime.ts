@@ -302,6 +302,16 @@ export class ServicePortRuntime {
     return this.setEndpoints(eps);
   }
 
+  /** Every balancer of the service port: both lists', both families' (the same one for a single stack). */
+  balancers(): RoundRobinBalancer[] {
+    const out = new Set<RoundRobinBalancer>([this.context.balancers.IPv4, this.context.balancers.IPv6]);
+    if (this.#local !== undefined) {
+      out.add(this.#local.context.balancers.IPv4);
+      out.add(this.#local.context.balancers.IPv6);
+    }
+    return [...out];
+  }
+
   /** Drops expired ClientIP affinity entries. */
   cleanupAffinity(nowMs: number): void {
     cleanupFamilyAffinity(this.context.balancers, nowMs);

@@ -3,6 +3,7 @@
 // running out of descriptors. Allocates nothing beyond the attempt it remembers.
 import type { Logger } from '../lib/log.ts';
 import type { Balancer } from '../loadbalancer/balancer.ts';
+import type { EjectionEvent } from '../loadbalancer/outlier.ts';
 import type { Endpoint } from '../state/endpoint.ts';
 import { type ConnectFailureReason, connectErrorReason } from './close-reason.ts';
 import type { FdOperation, FdPressure } from './fd-pressure.ts';
@@ -18,10 +19,17 @@ export interface FailedConnection {
   readonly failedAttempts: ConnectAttempt[];
 }
 
+/**
+ * Hears of each ejection this process decided (--workers: the main process tells the others, so that
+ * no process keeps trying an endpoint one of them found failing).
+ */
+export type EjectionListener = (context: ServicePortContext, ejection: EjectionEvent) => void;
+
 /** The listener's shared parts a failure reports to. */
 export interface FailureSink {
   readonly fdPressure: FdPressure;
   readonly log: Logger;
+  readonly onEjection?: EjectionListener | undefined;
 }
 
 /**
@@ -60,6 +68,7 @@ export function endpointFailed(
       },
       'Endpoint ejected after consecutive failures',
     );
+    sink.onEjection?.(conn.context, ejection);
   }
   return reason;
 }

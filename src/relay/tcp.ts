@@ -8,7 +8,7 @@ import type { Endpoint } from '../state/endpoint.ts';
 import { clientFamily, normalizeAddress } from './address.ts';
 import type { CloseReason } from './close-reason.ts';
 import { nextConnectionId } from './connection-id.ts';
-import { endpointFailed } from './endpoint-failure.ts';
+import { type EjectionListener, endpointFailed } from './endpoint-failure.ts';
 import { FdPressure, isFdExhausted } from './fd-pressure.ts';
 import {
   defaultKeepAliveSweeper,
@@ -85,6 +85,8 @@ export type TcpRelayDeps = {
   sweeper?: Sweeper;
   /** Shared by every listener of the process: connections that come back from our own sockets. */
   ownTraffic?: OwnTraffic;
+  /** Each ejection this process decides (endpoint-failure.ts). */
+  onEjection?: EjectionListener;
 };
 
 /** How often a listener may log that its connection cap (or a loop) turned connections away. */
@@ -592,6 +594,7 @@ export class TcpListener implements KeepAliveSource, Sweepable {
   readonly connect: Connector;
   readonly now: () => number;
   readonly fdPressure: FdPressure;
+  readonly onEjection: EjectionListener | undefined;
   readonly ownTraffic: OwnTraffic;
   readonly connections = new Set<TcpConnection>();
   /** Waiters for the last connection to end (drained()); undefined while nobody waits. */
@@ -619,6 +622,7 @@ export class TcpListener implements KeepAliveSource, Sweepable {
     this.connect = deps.connect ?? (net.connect as Connector);
     this.now = deps.now ?? Date.now;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
+    this.onEjection = deps.onEjection;
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
     this.#sweeper = deps.sweeper ?? processSweeper;
     (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);

@@ -11,7 +11,7 @@ import type { IPFamily } from '../state/service-port.ts';
 import { clientFamily, normalizeAddress } from './address.ts';
 import type { CloseReason } from './close-reason.ts';
 import { nextConnectionId } from './connection-id.ts';
-import { endpointFailed } from './endpoint-failure.ts';
+import { type EjectionListener, endpointFailed } from './endpoint-failure.ts';
 import { FdPressure } from './fd-pressure.ts';
 import type { ConnectAttempt, ConnectionInfo, ConnectionObserver } from './observer.ts';
 import { noopObserver } from './observer.ts';
@@ -57,6 +57,8 @@ export type UdpRelayDeps = {
   fdPressure?: FdPressure;
   /** Shared by every listener of the process: datagrams that come back from our own sockets. */
   ownTraffic?: OwnTraffic;
+  /** Each ejection this process decides (endpoint-failure.ts). */
+  onEjection?: EjectionListener;
 };
 
 /** How often a listener may log that it dropped a looping datagram. */
@@ -309,6 +311,7 @@ export class UdpListener implements Sweepable {
   readonly sessions: UdpSessionTable<UdpSession>;
   readonly budget: UdpSessionBudget | undefined;
   readonly fdPressure: FdPressure;
+  readonly onEjection: EjectionListener | undefined;
   readonly ownTraffic: OwnTraffic;
   readonly #sweeper: Sweeper;
   #loopLoggedMs = Number.NEGATIVE_INFINITY;
@@ -333,6 +336,7 @@ export class UdpListener implements Sweepable {
     this.sessions = new UdpSessionTable(this.#sweeper.intervalMs);
     this.budget = deps.budget;
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
+    this.onEjection = deps.onEjection;
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
     this.socket = dgram.createSocket({
       type,

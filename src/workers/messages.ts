@@ -58,7 +58,20 @@ export type TraceRecentRequest = {
   readonly limit: number | undefined;
 };
 
+/**
+ * An ejection one process decided (outlier detection), for the others: the same endpoint of the same
+ * service port skipped until the same time. From a worker to the main process, which passes it on.
+ */
+export type EjectionMessage = {
+  readonly t: 'ejection';
+  readonly key: ServicePortKey;
+  readonly endpoint: string;
+  readonly untilMs: number;
+  readonly ejections: number;
+};
+
 export type ToWorker =
+  | EjectionMessage
   | InitMessage
   | TableMessage
   | DrainMessage
@@ -88,6 +101,7 @@ export type TraceLines = { readonly t: 'trace-lines'; readonly sub: number; read
 export type TraceRecentReply = { readonly t: 'trace-recent'; readonly id: number; readonly lines: string };
 
 export type FromWorker =
+  | EjectionMessage
   | { readonly t: 'ready' }
   | SyncedMessage
   | StatsReply

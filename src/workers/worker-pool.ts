@@ -7,7 +7,7 @@ import type { Logger } from '../lib/log.ts';
 import type { ServicePortStats } from '../relay/service-context.ts';
 import type { ServicePortKey } from '../state/service-port.ts';
 import type { ConnectionFilter, ConnectionListing, ListOptions } from '../trace/connection-table.ts';
-import type { FromWorker, TableMessage, ToWorker } from './messages.ts';
+import type { EjectionMessage, FromWorker, TableMessage, ToWorker } from './messages.ts';
 
 /** Starts one worker process (injected so tests can count or fail starts). */
 export type WorkerFork = () => ChildProcess;
@@ -34,6 +34,8 @@ export type WorkerPoolOptions = {
   maxRestartDelayMs?: number;
   /** How long an answer to a stats request may take before the worker is left out. */
   statsTimeoutMs?: number;
+  /** A worker ejected an endpoint: the main process applies it (the pool tells the other workers). */
+  onEjection?: (ejection: EjectionMessage) => void;
 };
 
 type Slot = {
@@ -99,6 +101,12 @@ export class WorkerPool {
       this.#waiting.get(msg.id)?.(msg);
       return;
     }
+    if (msg.t === 'ejection') {
+      this.#options.onEjection?.(msg);
+      for (const other of this.#slots)
+        if (other !== slot && other.child !== undefined) this.#send(other.child, msg);
+      return;
+    }
     if (msg.t === 'trace-lines') {
       this.#follows.get(msg.sub)?.onLines(msg.data);
       return;
@@ -130,8 +138,8 @@ export class WorkerPool {
     slot.timer.unref();
   }
 
-  /** A change the main process applied: to every worker. */
-  send(table: TableMessage): void {
+  /** A change the main process applied, or an ejection it decided: to every worker. */
+  send(table: TableMessage | EjectionMessage): void {
     for (const slot of this.#slots) if (slot.child !== undefined) this.#send(slot.child, table);
   }
 

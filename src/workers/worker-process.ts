@@ -10,7 +10,7 @@ import { Proxier } from '../proxier/proxier.ts';
 import { proxierOptions } from '../proxier/proxier-options.ts';
 import { setConnectionIdBase } from '../relay/connection-id.ts';
 import type { ServicePortStats } from '../relay/service-context.ts';
-import type { ServicePortKey } from '../state/service-port.ts';
+import { type ServicePortKey, servicePortKey } from '../state/service-port.ts';
 import { type ConnectionFilter, ConnectionTable } from '../trace/connection-table.ts';
 import { createTracer, type Subscription, type Tracer } from '../trace/tracer.ts';
 import type { FromWorker, InitMessage, ToWorker } from './messages.ts';
@@ -61,6 +61,14 @@ class Worker {
         preferredPorts: this.#replica.ports,
         exactPorts: true,
         observerFor: tracer.observerFor,
+        onEjection: (context, ejection) =>
+          send({
+            t: 'ejection',
+            key: servicePortKey(context.name, context.protocol),
+            endpoint: ejection.endpoint,
+            untilMs: ejection.untilMs,
+            ejections: ejection.ejections,
+          }),
       },
     );
     this.#retry = setInterval(() => {
@@ -78,6 +86,9 @@ class Worker {
         return;
       case 'stats':
         send({ t: 'stats', id: msg.id, stats: this.#stats() });
+        return;
+      case 'ejection':
+        this.proxier.applyEjection(msg.key, msg.endpoint, msg.untilMs, msg.ejections);
         return;
       case 'connections':
         send({ t: 'connections', id: msg.id, listing: this.#connections.list(msg.options) });

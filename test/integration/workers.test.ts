@@ -43,7 +43,7 @@ type Proxy = {
   workerPids(): number[];
 };
 
-async function startProxy(t: After, objects: unknown[]): Promise<Proxy> {
+async function startProxy(t: After, objects: unknown[], extraArgs: string[] = []): Promise<Proxy> {
   const dir = await mkdtemp(join(tmpdir(), 'kup-workers-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const file = join(dir, 'm.yaml');
@@ -69,6 +69,7 @@ async function startProxy(t: After, objects: unknown[]): Promise<Proxy> {
       '--healthz-bind-address=',
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
       '--shutdown-grace-period=20s',
+      ...extraArgs,
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
@@ -374,4 +375,39 @@ test('--workers 2: a killed worker is replaced, the main process keeps its conne
         `worker ${pid} to exit`,
       );
   }
+});
+
+test('--workers 2: an endpoint one process ejects is skipped by every process', async (t) => {
+  const port = await backend(t, '127.0.0.81', 'ok');
+  // 127.0.0.82:port refuses: nothing listens there.
+  const proxy = await startProxy(
+    t,
+    [
+      service('flaky', '10.96.0.4', [{ name: 'http', port: 80, targetPort: port }]),
+      slice('flaky', 'flaky-1', [{ ip: '127.0.0.81' }, { ip: '127.0.0.82' }], [{ name: 'http', port }]),
+    ],
+    ['--outlier-base-ejection-time=60s'],
+  );
+  const proxyPort = await bothOpened(proxy, 'default/flaky:http/TCP');
+  const ejected = () => proxy.lines.filter((l) => l.msg === 'Endpoint ejected after consecutive failures');
+  const failures = async () => {
+    const s = (await proxy.get<DebugServicePort[]>('/debug/services')).find(
+      (x) => x.service === 'default/flaky:http',
+    )!;
+    return s.connections.connectFailures.refused ?? 0;
+  };
+  // Until the first process ejects it (each connection still succeeds: a refused connect is retried).
+  for (let i = 0; i < 60 && ejected().length === 0; i++) assert.equal(await ask(proxyPort), 'ok');
+  assert.equal(ejected().length, 1, 'one process ejected it');
+  await new Promise((r) => setTimeout(r, 300));
+  const before = await failures();
+  for (let i = 0; i < 40; i++) assert.equal(await ask(proxyPort), 'ok');
+  assert.equal(await failures(), before, 'no process tried the ejected endpoint again');
+  assert.equal(ejected().length, 1, 'the other process did not have to find it failing itself');
+  const listing = await proxy.get<ConnectionListing>('/debug/connections?state=closed&limit=100');
+  const last40 = listing.recent.slice(0, 40);
+  assert.ok(
+    last40.some((r) => isWorkerId(r.id)) && last40.some((r) => !isWorkerId(r.id)),
+    'both processes served',
+  );
 });

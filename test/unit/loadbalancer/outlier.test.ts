@@ -82,3 +82,24 @@ test('endpoints removed from the service are forgotten', () => {
   lb.setEndpoints([A]);
   assert.equal(lb.outlier!.ejectedCount, 0);
 });
+
+test('an ejection decided elsewhere (another worker): skipped until then, capped, and its next failure ejects longer', () => {
+  const d = new OutlierDetector({ ...DEFAULTS_FOR_ELSEWHERE, consecutiveFailures: 3 });
+  assert.equal(d.ejectedElsewhere('a', 10_000, 1, 3, 1000), true);
+  assert.equal(d.isEjected('a', 5000), true);
+  assert.equal(d.ejectedElsewhere('a', 20_000, 1, 3, 1000), false, 'already ejected');
+  assert.equal(d.ejectedElsewhere('b', 10_000, 1, 3, 1000), false, 'the cap: never the last endpoint');
+  assert.equal(d.ejectedElsewhere('c', 500, 1, 3, 1000), false, 'already over');
+  assert.equal(d.isEjected('a', 10_000), false, 'back at its time');
+  // On probation: a failure here ejects it again, for twice the base (its second ejection).
+  const again = d.failed('a', 11_000, 3);
+  assert.equal(again?.ejections, 2);
+  assert.equal(again?.untilMs, 11_000 + 2 * DEFAULTS_FOR_ELSEWHERE.baseEjectionMs);
+});
+
+const DEFAULTS_FOR_ELSEWHERE = {
+  consecutiveFailures: 3,
+  baseEjectionMs: 5000,
+  maxEjectionMs: 300_000,
+  maxEjectionPercent: 50,
+};
