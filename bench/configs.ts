@@ -8,14 +8,21 @@ export const NET = {
   backends: ['10.244.0.11', '10.244.0.12'] as const,
   nodeIP: '192.168.50.2',
   node2IP: '10.244.0.2',
+  /** node3 runs `proxy-w1` (only with --workers-compare); the client routes 10.98.0.0/16 to it. */
+  node3IP: '10.244.0.3',
   httpPort: 8080,
   iperfPort: 5201,
   dnsPort: 53,
-  /** ClusterIPs of the proxy on the node (10.96/16) and of the --trace=none proxy on node2 (10.97/16). */
+  /**
+   * ClusterIPs of the proxy on the node (10.96/16), of the --trace=none proxy on node2 (10.97/16) and of
+   * `proxy-w1` on node3 (10.98/16).
+   */
   clusterIPs: { http: '10.96.0.10', iperf: '10.96.0.20', dns: '10.96.0.53' },
   clusterIPs2: { http: '10.97.0.10', iperf: '10.97.0.20', dns: '10.97.0.53' },
+  clusterIPs3: { http: '10.98.0.10', iperf: '10.98.0.20', dns: '10.98.0.53' },
   haproxy: { http: 18080, iperf: 18201 },
-  nginx: { http: 19080, iperf: 19201, dns: 19053 },
+  /** `dns`: UDP with proxy_responses 1; `dnsSessions`: UDP sessions kept (proxy_timeout 1s). */
+  nginx: { http: 19080, iperf: 19201, dns: 19053, dnsSessions: 19054 },
   proxyPortRange: '20000-20999',
   metricsPort: 10249,
 } as const;
@@ -108,7 +115,11 @@ backend iperf
 `;
 }
 
-/** nginx stream: worker_processes = cores, round robin, UDP with proxy_responses 1, no access log. */
+/**
+ * nginx stream: worker_processes = cores, round robin, no access log. UDP twice: with proxy_responses 1
+ * (a session ends with its answer) and keeping sessions (no proxy_responses; a session ends after 1 s
+ * without datagrams), the two ways nginx is run in front of DNS; the benchmark compares with the stronger.
+ */
 export function streamNginxConf(dir: string, cores: number): string {
   const [b1, b2] = NET.backends;
   return `load_module ${NGINX_STREAM_MODULE};
@@ -128,6 +139,7 @@ stream {
   server { listen ${NET.nodeIP}:${NET.nginx.iperf}; proxy_pass iperf; }
   # reuseport: one UDP socket per worker, so both workers take datagrams.
   server { listen ${NET.nodeIP}:${NET.nginx.dns} udp reuseport; proxy_pass dns; proxy_responses 1; }
+  server { listen ${NET.nodeIP}:${NET.nginx.dnsSessions} udp reuseport; proxy_pass dns; proxy_timeout 1s; }
 }
 `;
 }

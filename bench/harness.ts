@@ -2,7 +2,7 @@
 // connection, same machine, same run, alternating rounds, medians and ratios. Writes
 // bench/results/<date>-<host>.json and bench/results/latest.md, and prints the table.
 // Needs root and the tools of bench/setup.sh; exits with 3 when they are missing (bench/run.ts falls back).
-// Run: node bench/harness.ts [--quick] [--only tcp-1,dns,...] [--rounds N] [--seconds S]
+// Run: node bench/harness.ts [--quick] [--only tcp-1,dns,...] [--rounds N] [--seconds S] [--workers-compare]
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -13,17 +13,21 @@ import { parseArgs } from 'node:util';
 import { MEASURES, type MeasureResult, type Options, warmUp } from './measures.ts';
 import { machineBusy } from './processes.ts';
 import { describeMachine, type Results, renderMarkdown, sourceHash } from './report.ts';
-import { Rig, type TraceLayout } from './rig.ts';
+import { PROXY_BIN, type ProxyTargetName, Rig, type TraceLayout } from './rig.ts';
 import { NGINX_STREAM_MODULE, TOOLS } from './tools.ts';
 
 /** Exit code when root or a tool is missing: the caller may run the loopback benchmark instead. */
 const EXIT_UNAVAILABLE = 3;
 
 const USAGE = `node bench/harness.ts [--quick] [--only NAME[,NAME]] [--rounds N] [--seconds S]
-  --quick      1 round × 2 s, 1,000 held connections, 2,000 services (about 2 minutes)
+  --quick      1 round × 2 s, 1,000 held connections, 2,000 services, 20 s sustained (about 4 minutes)
   --only       run only these measures: ${MEASURES.map((m) => m.name).join(', ')}
   --rounds     rounds of every traffic measure (default 5; memory at most 2, scale at most 3)
   --seconds    seconds per traffic sample (default 3)
+  --sustained S  seconds of the sustained Connection: close sample, http-close-60s (default 60; --quick 20)
+  --sustained-rounds N  its rounds (default 2, at most --rounds; --quick 1)
+  --workers-compare  also run proxy-w1: the proxy with --workers 1 beside the default (skipped, with a
+               note, when the CLI has no --workers)
   --services   service ports of the scale measure (default 10000)
   --connections  idle connections held for the memory measure (default 5000)
   --wait-quiet S wait up to S seconds for the machine to be quiet (< 10 % busy) before starting
@@ -39,6 +43,22 @@ function unavailable(): string | undefined {
   return undefined;
 }
 
+/** The flags of the `proxy-w1` target (--workers-compare). */
+const WORKERS_1 = ['--workers', '1'];
+
+/**
+ * Whether the CLI (dist/, built) accepts `flags`: asks it for its version with them, which parses every
+ * flag and starts nothing. Undefined when accepted, else what it said.
+ */
+function rejectedFlags(flags: readonly string[]): string | undefined {
+  const r = spawnSync(process.execPath, [PROXY_BIN, ...flags, '--version'], {
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  if (r.status === 0) return undefined;
+  return `${r.stderr ?? ''}${r.stdout ?? ''}`.trim().split('\n')[0] || `exit ${r.status}`;
+}
+
 async function main(): Promise<number> {
   const { values } = parseArgs({
     options: {
@@ -46,6 +66,9 @@ async function main(): Promise<number> {
       only: { type: 'string', multiple: true, default: [] },
       rounds: { type: 'string' },
       seconds: { type: 'string' },
+      sustained: { type: 'string' },
+      'sustained-rounds': { type: 'string' },
+      'workers-compare': { type: 'boolean', default: false },
       services: { type: 'string' },
       connections: { type: 'string' },
       'wait-quiet': { type: 'string', default: '0' },
@@ -89,9 +112,12 @@ async function main(): Promise<number> {
     process.stderr.write(`namespace benchmark: building dist/ failed:\n${build.stdout}${build.stderr}\n`);
     return 1;
   }
+  const rounds = Number(values.rounds ?? (quick ? 1 : 5));
   const options: Options = {
-    rounds: Number(values.rounds ?? (quick ? 1 : 5)),
+    rounds,
     seconds: Number(values.seconds ?? (quick ? 2 : 3)),
+    sustainedSeconds: Number(values.sustained ?? (quick ? 20 : 60)),
+    sustainedRounds: Number(values['sustained-rounds'] ?? (quick ? 1 : Math.min(rounds, 2))),
     heldConnections: Number(values.connections ?? (quick ? 1000 : 5000)),
     services: Number(values.services ?? (quick ? 2000 : 10_000)),
     changes: quick ? 1 : 3,
@@ -101,6 +127,17 @@ async function main(): Promise<number> {
   log(
     `namespace benchmark: ${selected.map((m) => m.name).join(', ')}; ${options.rounds} round(s) × ${options.seconds} s`,
   );
+  const notes: string[] = [];
+  const proxyArgs: Partial<Record<ProxyTargetName, string[]>> = {};
+  if (values['workers-compare']) {
+    const rejected = rejectedFlags(WORKERS_1);
+    if (rejected === undefined) proxyArgs['proxy-w1'] = WORKERS_1;
+    else {
+      const msg = `proxy-w1 skipped: the CLI rejects ${WORKERS_1.join(' ')} (${rejected})`;
+      log(`! ${msg}`);
+      notes.push(msg);
+    }
+  }
 
   // Other work on the machine makes every number noisy: say how busy it was before anything started.
   let before = await machineBusy(2000);
@@ -115,9 +152,8 @@ async function main(): Promise<number> {
   );
   const started = performance.now();
   const machine = describeMachine();
-  const rig = await Rig.create({ cores: cpus().length, log });
+  const rig = await Rig.create({ cores: cpus().length, proxyArgs, log });
   const results: MeasureResult[] = [];
-  const notes: string[] = [];
   let proxies: Results['proxies'] = [];
   // One measure failing (a tool, a peer, the proxy) is reported and the others still run.
   const attempt = async (m: (typeof MEASURES)[number]) => {
@@ -158,7 +194,15 @@ async function main(): Promise<number> {
   const res: Results = {
     date,
     machine,
-    options: { rounds: options.rounds, seconds: options.seconds, quick, only, layout },
+    options: {
+      rounds: options.rounds,
+      seconds: options.seconds,
+      quick,
+      only,
+      layout,
+      sustainedSeconds: options.sustainedSeconds,
+      sustainedRounds: options.sustainedRounds,
+    },
     measures: results,
     proxies,
     busyBefore: before,

@@ -3,6 +3,7 @@
 // and the peers directly. Each measure returns samples; medians and ratios are the report's job.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { scaleIP, scaleService, scaleSlice } from './apiserver-agent.ts';
+import { type ClientSnapshot, readCounters, snapshot, timeWaitShare } from './client-sockets.ts';
 import { NET } from './configs.ts';
 import { cpuOf, cpuSnapshot, otherTicks, rssOf } from './processes.ts';
 import { PROXY_BIN, type Rig, type Target, type TargetName } from './rig.ts';
@@ -14,6 +15,9 @@ export type Options = {
   rounds: number;
   /** Seconds per traffic sample. */
   seconds: number;
+  /** Seconds of the sustained `Connection: close` sample (http-close-60s), and its rounds. */
+  sustainedSeconds: number;
+  sustainedRounds: number;
   /** Connections held for the per-connection memory measure. */
   heldConnections: number;
   /** Service ports of the scale measures. */
@@ -59,35 +63,50 @@ function rotate<T>(xs: readonly T[], by: number): T[] {
   return [...xs.slice(k), ...xs.slice(0, k)];
 }
 
-async function alternate(
+/**
+ * The part of a sample the CPU figures cover: all of it unless the sample calls `open()` and `close()`
+ * around its load (snapshots taken before and after stay out).
+ */
+export type CpuWindow = { open(): void; close(): void };
+
+async function alternate<T extends { readonly name: TargetName; pids(): number[] }>(
   rig: Rig,
   options: Options,
-  targets: readonly Target[],
+  targets: readonly T[],
   label: string,
-  one: (t: Target) => Promise<{ values: Record<string, number>; error?: string }>,
+  one: (t: T, window: CpuWindow) => Promise<{ values: Record<string, number>; error?: string }>,
 ): Promise<Sample[]> {
   const samples: Sample[] = [];
   for (let round = 0; round < options.rounds; round++) {
     for (const t of rotate(targets, round)) {
       const pids = t.pids();
       const ours = rig.ourPids();
-      const other0 = cpuSnapshot(ours);
-      const cpu0 = cpuOf(pids);
-      const t0 = performance.now();
+      const mark = () => ({ other: cpuSnapshot(ours), cpu: cpuOf(pids), t: performance.now() });
+      let from = mark();
+      let to: ReturnType<typeof mark> | undefined;
+      const window: CpuWindow = {
+        open: () => {
+          from = mark();
+        },
+        close: () => {
+          to = mark();
+        },
+      };
       let r: { values: Record<string, number>; error?: string };
       try {
-        r = await one(t);
+        r = await one(t, window);
       } catch (err) {
         r = { values: {}, error: (err as Error).message };
       }
-      const secs = (performance.now() - t0) / 1000;
+      to ??= mark();
+      const secs = (to.t - from.t) / 1000;
       const sample: Sample = { target: t.name, round, values: r.values };
-      if (pids.length > 0) sample.cpu = ((cpuOf(pids) - cpu0) / CLK_TCK / secs) * 100;
-      sample.otherCpu = (otherTicks(other0, cpuSnapshot(ours)) / CLK_TCK / secs) * 100;
+      if (pids.length > 0) sample.cpu = ((to.cpu - from.cpu) / CLK_TCK / secs) * 100;
+      sample.otherCpu = (otherTicks(from.other, to.other) / CLK_TCK / secs) * 100;
       if (r.error) sample.error = r.error;
       samples.push(sample);
       const shown = Object.entries(r.values)
-        .map(([k, v]) => `${k}=${v >= 100 ? Math.round(v) : v.toFixed(3)}`)
+        .map(([k, v]) => `${k}=${Math.abs(v) >= 100 ? Math.round(v) : v.toFixed(3)}`)
         .join(' ');
       options.log(
         `  ${label} round ${round + 1}/${options.rounds} ${t.name.padEnd(13)} ${shown}${sample.cpu === undefined ? '' : ` cpu=${sample.cpu.toFixed(0)}%`} other=${sample.otherCpu.toFixed(0)}%${r.error ? ` ERROR ${r.error}` : ''}`,
@@ -146,6 +165,48 @@ function iperf(streams: number): Measure {
   };
 }
 
+/** The client pod's sockets closed by it first, and its counters (see client-sockets.ts). */
+function clientNow(rig: Rig): Promise<ClientSnapshot> {
+  return snapshot((cmd, args) => rig.runIn(rig.client, cmd, args, 30_000), rig.clientProbe.pid);
+}
+
+/** After the load: its last connections finish closing (the FIN of the side that closes second). */
+const CLOSE_SETTLE_MS = 500;
+
+/**
+ * The share of the connections made since `before` that the client closed first (TIME_WAIT in the
+ * client pod), towards `t`'s HTTP address; `twLeft` is what `ss` alone sees towards it.
+ */
+async function timeWaitValues(rig: Rig, before: ClientSnapshot, t: Target): Promise<Record<string, number>> {
+  await sleep(CLOSE_SETTLE_MS);
+  const tw = timeWaitShare(before, await clientNow(rig), `${t.http.host}:${t.http.port}`);
+  return {
+    twShare: tw.share,
+    connections: tw.connections,
+    timeWaits: tw.timeWaits,
+    twReused: tw.reused,
+    twLeft: tw.leftTowardsDst,
+    twAtStart: [...before.closing.values()].reduce((a, b) => a + b, 0),
+  };
+}
+
+const TIME_WAIT_NOTE =
+  "TIME_WAIT share: of the connections the client pod opened during the run (its namespace's Tcp ActiveOpens), those it closed first, i.e. that entered TIME_WAIT (TcpExt TW + TWKilled, which the kernel counts when a TIME_WAIT starts, + TCPTimeWaitOverflow), read 0.5 s after the load ends; per namespace, so the previous target's TIME_WAITs do not count. Cross-check in the JSON: twLeft, the `ss -tan state time-wait` (and FIN-WAIT/CLOSING) count towards the target's own address:port after minus before, is lower by twReused (TIME_WAITs taken over by new connections, tcp_tw_reuse is on in the rig) and, near 60 s, by those already ended";
+
+function wrkArgs(t: Target, seconds: number, close: boolean): string[] {
+  const args = ['-t1', '-c32', `-d${seconds}s`, '--latency'];
+  if (close) args.push('-H', 'Connection: close');
+  args.push(`http://${t.http.host}:${t.http.port}/`);
+  return args;
+}
+
+function wrkValues(stdout: string): { values: Record<string, number>; error?: string } {
+  const r = parseWrk(stdout);
+  const error =
+    r.error ?? (r.errors > 0 ? `${r.errors} socket errors or non-2xx of ${r.requests}` : undefined);
+  return { values: { rps: r.rps, p50: r.p50, p99: r.p99, errors: r.errors }, ...(error ? { error } : {}) };
+}
+
 function wrk(close: boolean): Measure {
   const name = close ? 'http-close' : 'http-keepalive';
   const title = close
@@ -156,18 +217,15 @@ function wrk(close: boolean): Measure {
     title,
     kind: 'traffic',
     async run(rig, options) {
-      const samples = await alternate(rig, options, rig.targets(), name, async (t) => {
-        const args = ['-t1', '-c32', `-d${options.seconds}s`, '--latency'];
-        if (close) args.push('-H', 'Connection: close');
-        args.push(`http://${t.http.host}:${t.http.port}/`);
+      const samples = await alternate(rig, options, rig.targets(), name, async (t, window) => {
+        const before = close ? await clientNow(rig) : undefined;
+        window.open();
+        const args = wrkArgs(t, options.seconds, close);
         const run = await rig.runIn(rig.client, 'wrk', args, (options.seconds + 20) * 1000);
-        const r = parseWrk(run.stdout);
-        const error =
-          r.error ?? (r.errors > 0 ? `${r.errors} socket errors or non-2xx of ${r.requests}` : undefined);
-        return {
-          values: { rps: r.rps, p50: r.p50, p99: r.p99, errors: r.errors },
-          ...(error ? { error } : {}),
-        };
+        window.close();
+        const r = wrkValues(run.stdout);
+        if (before) Object.assign(r.values, await timeWaitValues(rig, before, t));
+        return r;
       });
       return {
         name,
@@ -177,15 +235,92 @@ function wrk(close: boolean): Measure {
           p50: 'p50 ms',
           p99: 'p99 ms',
           errors: 'errors',
+          ...(close ? { twShare: '% of connections leaving a TIME_WAIT in the client' } : {}),
         },
         samples,
         notes: [
           'wrk -t1 -c32 --latency against nginx `return 200` backends (2 backends through the proxies, backend 1 for direct)',
+          ...(close ? [TIME_WAIT_NOTE] : []),
         ],
       };
     },
   };
 }
+
+/** Length of the intervals of the sustained measure's rates. */
+const RATE_INTERVAL_S = 10;
+
+/** The value key of the sustained measure's rate from `from` to `to` seconds ("r0_10"). */
+export function rateKey(from: number, to: number): string {
+  return `r${from}_${to}`;
+}
+
+/**
+ * `Connection: close` for a whole minute (or --sustained S): new connections/s per 10 s, so a decline
+ * (the client's ports filling with TIME_WAITs) shows, and the share of connections left in TIME_WAIT.
+ * The rates come from the client namespace's Tcp ActiveOpens, read every 10 s while one wrk runs.
+ */
+const httpCloseSustained: Measure = {
+  name: 'http-close-60s',
+  title: 'Connection: close, sustained (per-10 s rates)',
+  kind: 'traffic',
+  async run(rig, options) {
+    const secs = options.sustainedSeconds;
+    const opens = () => readCounters(rig.clientProbe.pid).activeOpens;
+    const o = { ...options, rounds: options.sustainedRounds };
+    const samples = await alternate(rig, o, rig.targets(), 'http-close-60s', async (t, window) => {
+      const before = await clientNow(rig);
+      window.open();
+      const t0 = performance.now();
+      const marks = [{ s: 0, n: opens() }];
+      let finished = false;
+      const load = rig.runIn(rig.client, 'wrk', wrkArgs(t, secs, true), (secs + 30) * 1000).finally(() => {
+        finished = true;
+      });
+      for (let k = 1; k * RATE_INTERVAL_S < secs && !finished; k++) {
+        const wait = t0 + k * RATE_INTERVAL_S * 1000 - performance.now();
+        await Promise.race([sleep(Math.max(0, wait)), load.catch(() => {})]);
+        if (!finished) marks.push({ s: (performance.now() - t0) / 1000, n: opens() });
+      }
+      const run = await load;
+      marks.push({ s: (performance.now() - t0) / 1000, n: opens() });
+      window.close();
+      const r = wrkValues(run.stdout);
+      const rates: number[] = [];
+      for (let i = 1; i < marks.length; i++) {
+        const rate = (marks[i]!.n - marks[i - 1]!.n) / (marks[i]!.s - marks[i - 1]!.s);
+        rates.push(rate);
+        r.values[rateKey((i - 1) * RATE_INTERVAL_S, Math.min(i * RATE_INTERVAL_S, secs))] = rate;
+      }
+      r.values['lastOverFirst'] = rates.length > 1 ? rates[rates.length - 1]! / rates[0]! : Number.NaN;
+      Object.assign(r.values, await timeWaitValues(rig, before, t));
+      return r;
+    });
+    const intervals: Record<string, string> = {};
+    for (let from = 0; from < secs; from += RATE_INTERVAL_S) {
+      const to = Math.min(from + RATE_INTERVAL_S, secs);
+      intervals[rateKey(from, to)] = `connections/s ${from}–${to} s`;
+    }
+    return {
+      name: 'http-close-60s',
+      title: `Connection: close sustained for ${secs} s, 32 connections: connections/s per ${RATE_INTERVAL_S} s`,
+      fields: {
+        rps: 'connections/s',
+        p50: 'p50 ms',
+        p99: 'p99 ms',
+        errors: 'errors',
+        twShare: '% of connections leaving a TIME_WAIT in the client',
+        lastOverFirst: 'last / first interval',
+        ...intervals,
+      },
+      samples,
+      notes: [
+        `one wrk -t1 -c32 -H "Connection: close" run of ${secs} s per target (${options.sustainedRounds} round(s), targets alternated); the rate of each ${RATE_INTERVAL_S} s is the client namespace's Tcp ActiveOpens read every ${RATE_INTERVAL_S} s; no wait between targets (TIME_WAITs of the previous target, twAtStart, are still there: they hold ports towards another address, which new connections may share)`,
+        TIME_WAIT_NOTE,
+      ],
+    };
+  },
+};
 
 const dns: Measure = {
   name: 'dns',
@@ -193,18 +328,8 @@ const dns: Measure = {
   kind: 'traffic',
   async run(rig, options) {
     const queries = await rig.writeManifest('queries.txt', 'bench.test A\n');
-    const targets = rig.targets().filter((t) => t.dns !== undefined);
-    const samples = await alternate(rig, options, targets, 'dns', async (t) => {
-      const args = [
-        '-s',
-        t.dns!.host,
-        '-p',
-        String(t.dns!.port),
-        '-d',
-        queries,
-        '-l',
-        String(options.seconds),
-      ];
+    const samples = await alternate(rig, options, rig.dnsTargets(), 'dns', async (t) => {
+      const args = ['-s', t.dns.host, '-p', String(t.dns.port), '-d', queries, '-l', String(options.seconds)];
       args.push('-c', '8', '-q', '32', '-t', '2');
       const run = await rig.runIn(rig.client, 'dnsperf', args, (options.seconds + 20) * 1000);
       const r = parseDnsperf(run.stdout);
@@ -222,6 +347,7 @@ const dns: Measure = {
       notes: [
         '8 client sockets (source ports) with 32 queries in flight; HAProxy has no UDP and is not measured',
         'dnsmasq answers bench.test from --address; 2 dnsmasq backends through the proxies, backend 1 for direct',
+        'nginx stream twice: `nginx` with proxy_responses 1 (a session per query), `nginx-sessions` keeping UDP sessions (no proxy_responses, proxy_timeout 1s); same process, worker_processes = cores, reuseport; the proxy is compared with the stronger of the two',
       ],
     };
   },
@@ -509,6 +635,7 @@ export const MEASURES: readonly Measure[] = [
   iperf(8),
   wrk(false),
   wrk(true),
+  httpCloseSustained,
   dns,
   connMemory,
   scale,

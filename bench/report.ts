@@ -32,6 +32,9 @@ export type Results = {
     only: string[];
     /** Where the traced and untraced proxies ran (absent: normal). */
     layout?: TraceLayout;
+    /** Length and rounds of the sustained Connection: close measure (absent in older results). */
+    sustainedSeconds?: number;
+    sustainedRounds?: number;
   };
   measures: MeasureResult[];
   proxies: { name: string; crashed: boolean; warnings: number; sample: string[] }[];
@@ -97,13 +100,21 @@ export function describeMachine(): Machine {
   };
 }
 
+/** Every target's column; `proxy-w1` and `nginx-sessions` only show when the run measured them. */
 const COLUMNS: readonly { target: TargetName; label: string }[] = [
   { target: 'direct', label: 'direct' },
   { target: 'proxy', label: 'proxy' },
   { target: 'proxy-notrace', label: 'proxy --trace=none' },
+  { target: 'proxy-w1', label: 'proxy --workers 1' },
   { target: 'haproxy', label: 'HAProxy' },
   { target: 'nginx', label: 'nginx stream' },
+  { target: 'nginx-sessions', label: 'nginx stream, UDP sessions kept' },
 ];
+const OPTIONAL_COLUMNS: ReadonlySet<TargetName> = new Set(['proxy-w1', 'nginx-sessions']);
+
+function labelOf(target: TargetName): string {
+  return COLUMNS.find((c) => c.target === target)?.label ?? target;
+}
 
 function fmt(v: number | undefined, digits = 2): string {
   if (v === undefined || Number.isNaN(v)) return '–';
@@ -122,6 +133,20 @@ const TRAFFIC_ROWS: readonly { measure: string; key: string; label: string; digi
   { measure: 'http-close', key: 'rps', label: 'Connection: close, 32 conns: connections/s' },
   { measure: 'http-close', key: 'p50', label: 'Connection: close: p50 ms', digits: 3 },
   { measure: 'http-close', key: 'p99', label: 'Connection: close: p99 ms', digits: 3 },
+  {
+    measure: 'http-close',
+    key: 'twShare',
+    label: 'Connection: close: % of connections leaving a TIME_WAIT in the client',
+    digits: 1,
+  },
+  { measure: 'http-close-60s', key: 'rps', label: 'Connection: close sustained: connections/s' },
+  { measure: 'http-close-60s', key: 'p99', label: 'Connection: close sustained: p99 ms', digits: 3 },
+  {
+    measure: 'http-close-60s',
+    key: 'twShare',
+    label: 'Connection: close sustained: % leaving a TIME_WAIT in the client',
+    digits: 1,
+  },
   { measure: 'dns', key: 'qps', label: 'DNS over UDP: queries/s' },
   { measure: 'dns', key: 'avg', label: 'DNS over UDP: avg latency ms', digits: 3 },
   { measure: 'conn-memory', key: 'bytesPerConnection', label: 'RSS per idle proxied connection, KiB' },
@@ -132,27 +157,87 @@ const CPU_ROWS: readonly { measure: string; label: string }[] = [
   { measure: 'tcp-8', label: '8 TCP streams' },
   { measure: 'http-keepalive', label: 'keep-alive' },
   { measure: 'http-close', label: 'Connection: close' },
+  { measure: 'http-close-60s', label: 'Connection: close sustained' },
   { measure: 'dns', label: 'DNS' },
 ];
 
-/** Ratios: row, measure, key, and whether higher is better (latency and memory: lower is better). */
-const RATIO_ROWS: readonly { measure: string; key: string; label: string }[] = [
+/**
+ * Ratios: row, measure, key; `lower`: lower is better (latency, memory, TIME_WAITs); `notTo`: columns
+ * left empty (a direct connection's client closes next to nothing first: no ratio says anything).
+ */
+const RATIO_ROWS: readonly {
+  measure: string;
+  key: string;
+  label: string;
+  lower?: boolean;
+  notTo?: readonly TargetName[];
+}[] = [
   { measure: 'tcp-1', key: 'gbps', label: '1 TCP stream throughput' },
   { measure: 'tcp-8', key: 'gbps', label: '8 TCP streams throughput' },
   { measure: 'http-keepalive', key: 'rps', label: 'keep-alive requests/s' },
-  { measure: 'http-keepalive', key: 'p99', label: 'keep-alive p99 latency (lower is better)' },
+  { measure: 'http-keepalive', key: 'p99', label: 'keep-alive p99 latency (lower is better)', lower: true },
   { measure: 'http-close', key: 'rps', label: 'new connections/s' },
-  { measure: 'http-close', key: 'p99', label: 'new connection p99 latency (lower is better)' },
+  { measure: 'http-close', key: 'p99', label: 'new connection p99 latency (lower is better)', lower: true },
+  {
+    measure: 'http-close',
+    key: 'twShare',
+    label: 'share of connections the client closes first (lower is better)',
+    lower: true,
+    notTo: ['direct'],
+  },
+  { measure: 'http-close-60s', key: 'rps', label: 'new connections/s, sustained' },
+  { measure: 'http-close-60s', key: 'lastOverFirst', label: 'sustained: last 10 s / first 10 s' },
+  {
+    measure: 'http-close-60s',
+    key: 'twShare',
+    label: 'sustained: share the client closes first (lower is better)',
+    lower: true,
+    notTo: ['direct'],
+  },
   { measure: 'dns', key: 'qps', label: 'DNS queries/s over UDP' },
-  { measure: 'conn-memory', key: 'bytesPerConnection', label: 'RSS per idle connection (lower is better)' },
+  {
+    measure: 'conn-memory',
+    key: 'bytesPerConnection',
+    label: 'RSS per idle connection (lower is better)',
+    lower: true,
+  },
 ];
 
-const RATIO_COLUMNS: readonly { of: TargetName; to: TargetName; label: string }[] = [
+/**
+ * `to` may have `or`: other configurations of the same peer; per row the stronger of them that has a
+ * value is taken (nginx stream's two UDP configurations for DNS), and the cell names it.
+ */
+type RatioColumn = { of: TargetName; to: TargetName; or?: readonly TargetName[]; label: string };
+const RATIO_COLUMNS: readonly RatioColumn[] = [
   { of: 'proxy', to: 'haproxy', label: 'proxy / HAProxy' },
-  { of: 'proxy', to: 'nginx', label: 'proxy / nginx' },
+  { of: 'proxy', to: 'nginx', or: ['nginx-sessions'], label: 'proxy / nginx' },
   { of: 'proxy', to: 'direct', label: 'proxy / direct' },
   { of: 'proxy', to: 'proxy-notrace', label: 'tracing: protocols / none' },
+  { of: 'proxy-w1', to: 'haproxy', label: 'proxy --workers 1 / HAProxy' },
+  { of: 'proxy', to: 'proxy-w1', label: 'proxy default workers / --workers 1' },
 ];
+
+/**
+ * Of `candidates`, the one with the best median of `key` (highest, or lowest when `lower`); undefined
+ * when none has a value.
+ */
+export function strongerPeer(
+  value: (target: TargetName) => number | undefined,
+  candidates: readonly TargetName[],
+  lower = false,
+): TargetName | undefined {
+  let best: TargetName | undefined;
+  let bestValue = Number.NaN;
+  for (const c of candidates) {
+    const v = value(c);
+    if (v === undefined || Number.isNaN(v)) continue;
+    if (best === undefined || (lower ? v < bestValue : v > bestValue)) {
+      best = c;
+      bestValue = v;
+    }
+  }
+  return best;
+}
 
 /** Per-round ratios of one value between two targets (rounds where both have a sample without error). */
 export function roundRatios(
@@ -197,15 +282,21 @@ export function renderMarkdown(res: Results): string {
   const value = (measure: string, target: TargetName, key: string) => med.get(measure)?.get(target)?.[key];
   const layout = res.options.layout ?? 'normal';
   const control = layout === 'control';
+  const measured = new Set(res.measures.flatMap((x) => x.samples.map((s) => s.target)));
+  const shown = (t: TargetName) => !OPTIONAL_COLUMNS.has(t) || measured.has(t);
   // An A/A control run: `proxy` ran with --trace=none too.
-  const cols = control
-    ? COLUMNS.map((c) => (c.target === 'proxy' ? { ...c, label: 'proxy (--trace=none, control)' } : c))
-    : COLUMNS;
-  const ratioCols = control
-    ? RATIO_COLUMNS.map((c) =>
-        c.to === 'proxy-notrace' ? { ...c, label: 'A/A control: node / node2, both --trace=none' } : c,
-      )
-    : RATIO_COLUMNS;
+  const cols = (
+    control
+      ? COLUMNS.map((c) => (c.target === 'proxy' ? { ...c, label: 'proxy (--trace=none, control)' } : c))
+      : COLUMNS
+  ).filter((c) => shown(c.target));
+  const ratioCols = (
+    control
+      ? RATIO_COLUMNS.map((c) =>
+          c.to === 'proxy-notrace' ? { ...c, label: 'A/A control: node / node2, both --trace=none' } : c,
+        )
+      : RATIO_COLUMNS
+  ).filter((c) => shown(c.of) && shown(c.to));
   const out: string[] = [];
   out.push(`# kube-userspace-proxy benchmark, ${res.date}`, '');
   out.push(
@@ -215,7 +306,11 @@ export function renderMarkdown(res: Results): string {
     )
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')}.`,
-    `Run: ${res.options.rounds} round(s) × ${res.options.seconds} s per sample${res.options.quick ? ' (--quick)' : ''}${
+    `Run: ${res.options.rounds} round(s) × ${res.options.seconds} s per sample${
+      res.options.sustainedSeconds !== undefined && byName.has('http-close-60s')
+        ? ` (sustained Connection: close: ${res.options.sustainedRounds} round(s) × ${res.options.sustainedSeconds} s)`
+        : ''
+    }${res.options.quick ? ' (--quick)' : ''}${
       res.options.only.length > 0 ? `, only ${res.options.only.join(', ')}` : ''
     }; every target measured once per round, the order rotated each round; medians of the rounds; ${Math.round(res.durationSeconds)} s in all.`,
     `Other work on the machine: ${res.busyBefore.percent.toFixed(0)} % of all cores busy before the run; during the samples, processes outside the benchmark used ${otherSummary(res)} of one core (median, max).`,
@@ -227,8 +322,10 @@ export function renderMarkdown(res: Results): string {
       layout === 'swap'
         ? 'the node, the traced one on node2 in this run: `--trace-layout swap`'
         : 'a second node namespace'
-    }), **HAProxy** (\`mode tcp\`, round robin, \`nbthread\` = cores) and **nginx stream**`,
-    '(round robin, `worker_processes` = cores, UDP `proxy_responses 1`), both on the node IP.',
+    })${measured.has('proxy-w1') ? ', **proxy --workers 1** (the traced proxy with `--workers 1`, on a third node namespace; **proxy** runs with the default workers)' : ''}, **HAProxy** (\`mode tcp\`, round robin, \`nbthread\` = cores) and **nginx stream**`,
+    '(round robin, `worker_processes` = cores; UDP twice, `reuseport`: **nginx stream** with `proxy_responses 1`,',
+    'a session per query, and **nginx stream, UDP sessions kept**: no `proxy_responses`, `proxy_timeout 1s`), both',
+    'on the node IP. For DNS the proxy is compared with the stronger of the two nginx configurations.',
     '',
   );
 
@@ -249,44 +346,54 @@ export function renderMarkdown(res: Results): string {
     const cpuRows = CPU_ROWS.filter((r) => byName.has(r.measure));
     if (cpuRows.length > 0) {
       out.push('CPU of the process in the middle during the sample (% of one core; nginx: all workers):', '');
-      out.push(
-        `| measure | ${cols
-          .slice(1)
-          .map((c) => c.label)
-          .join(' | ')} |`,
-      );
-      out.push(
-        `|---|${cols
-          .slice(1)
-          .map(() => '---:')
-          .join('|')}|`,
-      );
+      const middles = cols.filter((c) => c.target !== 'direct');
+      out.push(`| measure | ${middles.map((c) => c.label).join(' | ')} |`);
+      out.push(`|---|${middles.map(() => '---:').join('|')}|`);
       for (const row of cpuRows) {
-        const cells = cols.slice(1).map((c) => fmt(value(row.measure, c.target, 'cpu'), 0));
+        const cells = middles.map((c) => fmt(value(row.measure, c.target, 'cpu'), 0));
         out.push(`| ${row.label} | ${cells.join(' | ')} |`);
       }
       out.push('');
     }
 
     out.push('## Ratios', '');
-    out.push('Ratio of the medians; in brackets the lowest and highest ratio of single rounds.', '');
+    out.push(
+      'Ratio of the medians; in brackets the lowest and highest ratio of single rounds. Where a peer runs in two configurations, the cell names the stronger one it was taken against.',
+      '',
+    );
     out.push(`| measure | ${ratioCols.map((c) => c.label).join(' | ')} |`);
     out.push(`|---|${ratioCols.map(() => '---:').join('|')}|`);
     for (const row of RATIO_ROWS) {
       const res0 = byName.get(row.measure);
       if (!res0) continue;
       const cells = ratioCols.map((c) => {
+        if (row.notTo?.includes(c.to)) return '–';
+        const peers = [c.to, ...(c.or ?? [])];
+        const to = strongerPeer((t) => value(row.measure, t, row.key), peers, row.lower) ?? c.to;
         const a = value(row.measure, c.of, row.key);
-        const b = value(row.measure, c.to, row.key);
+        const b = value(row.measure, to, row.key);
         if (a === undefined || b === undefined || Number.isNaN(a) || Number.isNaN(b) || b === 0) return '–';
-        const rr = roundRatios(res0.samples, row.key, c.of, c.to);
+        const rr = roundRatios(res0.samples, row.key, c.of, to);
         const range = rr.length > 1 ? ` (${Math.min(...rr).toFixed(2)}–${Math.max(...rr).toFixed(2)})` : '';
-        return `${(a / b).toFixed(2)}×${range}`;
+        const rivals = peers.filter((p) => value(row.measure, p, row.key) !== undefined);
+        const against = rivals.length > 1 ? ` vs ${labelOf(to)}` : '';
+        return `${(a / b).toFixed(2)}×${range}${against}`;
       });
       out.push(`| ${row.label} | ${cells.join(' | ')} |`);
     }
     out.push('');
+    const dnsPeer = strongerPeer((t) => value('dns', t, 'qps'), ['nginx', 'nginx-sessions']);
+    const dnsOther = dnsPeer === 'nginx' ? 'nginx-sessions' : 'nginx';
+    if (dnsPeer !== undefined && value('dns', dnsOther, 'qps') !== undefined) {
+      out.push(
+        `DNS: the stronger nginx stream configuration in this run is **${labelOf(dnsPeer)}** (${fmt(value('dns', dnsPeer, 'qps'))} queries/s against ${fmt(value('dns', dnsOther, 'qps'))} for ${labelOf(dnsOther)}); the proxy's DNS ratio is taken against it.`,
+        '',
+      );
+    }
   }
+
+  const sustained = byName.get('http-close-60s');
+  if (sustained) out.push(...sustainedSection(sustained, cols, value));
 
   const sc = byName.get('scale');
   if (sc) {
@@ -337,6 +444,32 @@ export function renderMarkdown(res: Results): string {
   for (const n of res.notes) out.push(`- ${n}`);
   out.push('');
   return out.join('\n');
+}
+
+/**
+ * The sustained Connection: close measure, one row per target: the rate of every interval, the last over
+ * the first, the share of connections left in TIME_WAIT in the client and how many were there at the start.
+ */
+function sustainedSection(
+  x: MeasureResult,
+  cols: readonly { target: TargetName; label: string }[],
+  value: (measure: string, target: TargetName, key: string) => number | undefined,
+): string[] {
+  const intervals = Object.entries(x.fields).filter(([k]) => /^r\d+_\d+$/.test(k));
+  const rows = cols.filter((c) => x.samples.some((s) => s.target === c.target));
+  const out = [`## ${x.title}`, ''];
+  out.push(
+    `| target | ${intervals.map(([k]) => `${k.slice(1).replace('_', '–')} s`).join(' | ')} | last / first | % leaving a TIME_WAIT | TIME_WAITs in the client at the start |`,
+  );
+  out.push(`|---|${intervals.map(() => '---:').join('|')}|---:|---:|---:|`);
+  for (const c of rows) {
+    const v = (key: string, digits = 2) => fmt(value(x.name, c.target, key), digits);
+    out.push(
+      `| ${c.label} | ${intervals.map(([k]) => v(k)).join(' | ')} | ${v('lastOverFirst')} | ${v('twShare', 1)} | ${v('twAtStart', 0)} |`,
+    );
+  }
+  out.push('', 'Connections/s per interval (medians of the rounds).', '');
+  return out;
 }
 
 /** % of one core that processes outside the benchmark may use during a sample before it is flagged. */

@@ -18,7 +18,20 @@ export { NET } from './configs.ts';
 export const PROXY_BIN = fileURLToPath(new URL('./cli.js', import.meta.url));
 const API_AGENT = fileURLToPath(new URL('apiserver-agent.ts', import.meta.url));
 
-export type TargetName = 'direct' | 'proxy' | 'proxy-notrace' | 'haproxy' | 'nginx';
+/**
+ * `proxy-w1` (the traced proxy with `--workers 1`) runs only when asked for; `nginx-sessions` is nginx
+ * stream's second UDP configuration (sessions kept), a DNS-only target.
+ */
+export type TargetName =
+  | 'direct'
+  | 'proxy'
+  | 'proxy-notrace'
+  | 'proxy-w1'
+  | 'haproxy'
+  | 'nginx'
+  | 'nginx-sessions';
+/** The targets that are this proxy's CLI. */
+export type ProxyTargetName = 'proxy' | 'proxy-notrace' | 'proxy-w1';
 
 /**
  * Where the two proxies run. `normal`: `proxy` (--trace=protocols) on the node, `proxy-notrace`
@@ -38,9 +51,17 @@ export type Target = {
   pids(): number[];
 };
 
+/** A way to the DNS backends over UDP (every target but HAProxy, and nginx's second UDP configuration). */
+export type DnsTarget = { readonly name: TargetName; readonly dns: HostPort; pids(): number[] };
+
 export type RigOptions = {
   /** Cores given to HAProxy (nbthread) and nginx (worker_processes). */
   cores: number;
+  /**
+   * Flags appended to a proxy target's own. An entry for `proxy-w1` adds that target: the `proxy`
+   * target's flags plus these, on a third node (node3, ClusterIPs 10.98/16).
+   */
+  proxyArgs?: Partial<Record<ProxyTargetName, readonly string[]>>;
   log: (line: string) => void;
 };
 
@@ -51,10 +72,17 @@ export class Rig {
   readonly client: string;
   readonly node: string;
   readonly node2: string;
+  /** Undefined unless `proxy-w1` was asked for. */
+  readonly node3: string | undefined;
   readonly backendNs: readonly string[];
   readonly clientProbe: Probe;
   readonly nodeProbe: Probe;
   readonly node2Probe: Probe;
+  /** The agent in each namespace that has one (client, node, node2, node3). */
+  readonly #probes: Map<string, Probe>;
+  readonly #proxyArgs: Partial<Record<ProxyTargetName, readonly string[]>>;
+  /** Where each proxy target runs now (the layout decides for `proxy` and `proxy-notrace`). */
+  readonly #proxyNs = new Map<string, string>();
   readonly daemons = new Map<string, Daemon>();
   /** Every process started, also those replaced since (for the report's warnings and crashes). */
   readonly #all: Daemon[] = [];
@@ -67,8 +95,8 @@ export class Rig {
   private constructor(
     sandbox: Sandbox,
     dir: string,
-    names: { client: string; node: string; node2: string; backends: string[] },
-    probes: { client: Probe; node: Probe; node2: Probe },
+    names: Topology,
+    probes: Map<string, Probe>,
     options: RigOptions,
   ) {
     this.sandbox = sandbox;
@@ -76,41 +104,39 @@ export class Rig {
     this.client = names.client;
     this.node = names.node;
     this.node2 = names.node2;
+    this.node3 = names.node3;
     this.backendNs = names.backends;
-    this.clientProbe = probes.client;
-    this.nodeProbe = probes.node;
-    this.node2Probe = probes.node2;
+    this.#probes = probes;
+    this.clientProbe = probes.get(names.client)!;
+    this.nodeProbe = probes.get(names.node)!;
+    this.node2Probe = probes.get(names.node2)!;
+    this.#proxyArgs = options.proxyArgs ?? {};
     this.#log = options.log;
     this.#cores = options.cores;
   }
 
   /**
    * Builds the namespaces (`buildTopology`: a switch; node 10.244.0.1 with node IP 192.168.50.2;
-   * node2 10.244.0.2, the client's route to 10.97.0.0/16; pods 10.244.0.10-12) and starts the backends
-   * and the peers. The proxies are started by `startTrafficProxies` / `startProxy`.
+   * node2 10.244.0.2, the client's route to 10.97.0.0/16; node3 10.244.0.3 and 10.98.0.0/16 only for
+   * `proxy-w1`; pods 10.244.0.10-12) and starts the backends and the peers. The proxies are started by
+   * `startTrafficProxies` / `startProxy`.
    */
   static async create(options: RigOptions): Promise<Rig> {
     const sandbox = await createSandbox();
     const dir = await mkdtemp(join(tmpdir(), 'kup-bench-'));
     removeOnExit(dir);
     try {
-      const t = await buildTopology(sandbox);
-      for (const ns of [t.node, t.node2, t.client, ...t.backends]) {
+      const t = await buildTopology(sandbox, options.proxyArgs?.['proxy-w1'] !== undefined);
+      const nodes = [t.node, t.node2, ...(t.node3 ? [t.node3] : [])];
+      for (const ns of [...nodes, t.client, ...t.backends]) {
         // Many short connections in a row reuse ports: allow TIME_WAIT reuse (only in our namespaces).
         await sandbox.exec(ns, 'sysctl', ['-q', '-w', 'net.ipv4.tcp_tw_reuse=1']);
       }
-      const [clientProbe, nodeProbe, node2Probe] = await Promise.all([
-        Probe.start(sandbox, t.client),
-        Probe.start(sandbox, t.node),
-        Probe.start(sandbox, t.node2),
-      ]);
-      const rig = new Rig(
-        sandbox,
-        dir,
-        t,
-        { client: clientProbe, node: nodeProbe, node2: node2Probe },
-        options,
+      const probes = new Map<string, Probe>();
+      await Promise.all(
+        [t.client, ...nodes].map(async (ns) => probes.set(ns, await Probe.start(sandbox, ns))),
       );
+      const rig = new Rig(sandbox, dir, t, probes, options);
       await rig.#startBackends();
       await rig.#startPeers();
       return rig;
@@ -121,7 +147,10 @@ export class Rig {
     }
   }
 
-  /** The five targets; `proxy` and `proxy-notrace` need `startTrafficProxies` first. */
+  /**
+   * The TCP targets (direct, the proxies, HAProxy, nginx; `proxy-w1` when asked for); the proxies need
+   * `startTrafficProxies` first.
+   */
   targets(): Target[] {
     const backend = NET.backends[0];
     const d = (name: string) => this.daemons.get(name);
@@ -154,6 +183,17 @@ export class Rig {
         dns: { host: ips.notrace.dns, port: 53 },
         pids: pidsOf('proxy-notrace'),
       },
+      ...(this.node3 === undefined
+        ? []
+        : [
+            {
+              name: 'proxy-w1' as const,
+              http: { host: NET.clusterIPs3.http, port: 80 },
+              iperf: { host: NET.clusterIPs3.iperf, port: NET.iperfPort },
+              dns: { host: NET.clusterIPs3.dns, port: 53 },
+              pids: pidsOf('proxy-w1'),
+            },
+          ]),
       {
         name: 'haproxy',
         http: { host: NET.nodeIP, port: NET.haproxy.http },
@@ -171,9 +211,21 @@ export class Rig {
     ];
   }
 
+  /** The UDP targets: every TCP target with DNS, then nginx stream keeping UDP sessions (same process as `nginx`). */
+  dnsTargets(): DnsTarget[] {
+    const out: DnsTarget[] = [];
+    for (const t of this.targets()) if (t.dns) out.push({ name: t.name, dns: t.dns, pids: t.pids });
+    out.push({
+      name: 'nginx-sessions',
+      dns: { host: NET.nodeIP, port: NET.nginx.dnsSessions },
+      pids: () => this.daemons.get('nginx')?.pids() ?? [],
+    });
+    return out;
+  }
+
   /** This process and every process the rig started (with their children): not "other work". */
   ourPids(): Set<number> {
-    const out = new Set<number>([process.pid, this.clientProbe.pid, this.nodeProbe.pid, this.node2Probe.pid]);
+    const out = new Set<number>([process.pid, ...[...this.#probes.values()].map((p) => p.pid)]);
     if (this.#apiServer?.running) out.add(this.#apiServer.pid);
     for (const d of this.#all) if (d.running) for (const pid of d.pids()) out.add(pid);
     return out;
@@ -242,9 +294,11 @@ export class Rig {
       `127.0.0.1:${NET.metricsPort + 7}`,
       ...args,
     ]);
+    this.#proxyNs.set(key, ns);
     let listedAt = Number.NaN;
-    if (ns === this.node && expectPorts > 0) {
-      const r = await this.nodeProbe.request<{ ok: boolean; t: number; error?: string }>(
+    const probe = this.#probes.get(ns);
+    if (probe && expectPorts > 0) {
+      const r = await probe.request<{ ok: boolean; t: number; error?: string }>(
         'pollServices',
         { host: '127.0.0.1', port: NET.metricsPort, count: expectPorts, maxMs: 120_000, intervalMs: pollMs },
         130_000,
@@ -270,25 +324,38 @@ export class Rig {
 
   /**
    * `proxy` (the default --trace=protocols) and `proxy-notrace` (--trace=none), on the node and node2
-   * as `layout` says (kept for later restarts), both with real iptables; resolves once a client request
-   * through each ClusterIP is answered.
+   * as `layout` says (kept for later restarts), and `proxy-w1` on node3 when asked for, all with real
+   * iptables and their `proxyArgs`; resolves once a client request through each ClusterIP is answered.
    */
   async startTrafficProxies(layout: TraceLayout = this.#layout): Promise<void> {
     this.#layout = layout;
     const common = ['--proxy-port-range', NET.proxyPortRange];
-    const m1 = await this.writeManifest('traffic.yaml', this.trafficManifest(NET.clusterIPs));
-    const m2 = await this.writeManifest('traffic2.yaml', this.trafficManifest(NET.clusterIPs2));
     const traced = [...common, layout === 'control' ? '--trace=none' : '--trace=protocols'];
     const untraced = [...common, '--trace=none'];
-    // /debug/services is polled on the node only: expect its ports there.
-    if (layout === 'swap') {
-      await this.startProxy('proxy-notrace', this.node, m1, untraced, 3);
-      await this.startProxy('proxy', this.node2, m2, traced, 0);
-    } else {
-      await this.startProxy('proxy', this.node, m1, traced, 3);
-      await this.startProxy('proxy-notrace', this.node2, m2, untraced, 0);
+    const swapped = layout === 'swap';
+    const specs: { key: ProxyTargetName; ns: string; ips: ClusterIPs; args: string[] }[] = [
+      {
+        key: 'proxy',
+        ns: swapped ? this.node2 : this.node,
+        ips: swapped ? NET.clusterIPs2 : NET.clusterIPs,
+        args: traced,
+      },
+      {
+        key: 'proxy-notrace',
+        ns: swapped ? this.node : this.node2,
+        ips: swapped ? NET.clusterIPs : NET.clusterIPs2,
+        args: untraced,
+      },
+    ];
+    if (this.node3 !== undefined)
+      specs.push({ key: 'proxy-w1', ns: this.node3, ips: NET.clusterIPs3, args: traced });
+    for (const s of specs) {
+      // One manifest per node: its own ClusterIP range (the client routes each range to its node).
+      const manifest = await this.writeManifest(`traffic-${s.ips.http}.yaml`, this.trafficManifest(s.ips));
+      await this.startProxy(s.key, s.ns, manifest, [...s.args, ...(this.#proxyArgs[s.key] ?? [])], 3);
     }
-    for (const ip of [NET.clusterIPs.http, NET.clusterIPs2.http]) {
+    for (const { ips } of specs) {
+      const ip = ips.http;
       const r = await this.clientProbe.request<{ ok: boolean; error?: string }>('pollHttp', {
         host: ip,
         port: 80,
@@ -306,8 +373,7 @@ export class Rig {
   async collectGarbage(key: string): Promise<{ heapUsed?: number }> {
     const d = this.daemons.get(key);
     if (!d?.running || !/^(proxy|scale)/.test(key)) return {};
-    const onNode2 = (key === 'proxy-notrace') !== (this.#layout === 'swap');
-    const probe = onNode2 ? this.node2Probe : this.nodeProbe;
+    const probe = this.#probes.get(this.#proxyNs.get(key) ?? this.node) ?? this.nodeProbe;
     d.child.kill('SIGUSR1');
     const r = await probe.request<{ ok: boolean; heapUsed?: number; error?: string }>(
       'gc',
@@ -327,7 +393,7 @@ export class Rig {
   }
 
   async stopTrafficProxies(): Promise<void> {
-    for (const key of ['proxy', 'proxy-notrace']) await this.daemons.get(key)?.stop();
+    for (const key of ['proxy', 'proxy-notrace', 'proxy-w1']) await this.daemons.get(key)?.stop();
   }
 
   /** Per proxy (all its starts): the warning and error lines it logged, and whether it ever died on its own. */
@@ -519,15 +585,22 @@ const IPERF_CHATTER =
 /** An iperf3 test ends by closing its data connections under a sender: nginx logs a broken pipe or reset. */
 const IPERF_TEARDOWN = new RegExp(`(Broken pipe|reset by peer).*upstream: "[\\d.]+:${NET.iperfPort}"`);
 
+type ClusterIPs = { readonly http: string; readonly iperf: string; readonly dns: string };
+type Topology = {
+  node: string;
+  node2: string;
+  node3: string | undefined;
+  client: string;
+  backends: string[];
+};
+
 /**
  * A switch namespace with a bridge, and every other namespace on it through its own veth pair: node
- * (10.244.0.1, the pods' gateway) and node2 (10.244.0.2) are reached the same way, so the two proxies
- * (and the peers on the node) pay the same hops. Node and node2 also get an "ext0" that leads nowhere,
- * with the default route, for the proxy's node-IP detection.
+ * (10.244.0.1, the pods' gateway), node2 (10.244.0.2) and, with `withNode3`, node3 (10.244.0.3) are
+ * reached the same way, so the proxies (and the peers on the node) pay the same hops. The nodes also
+ * get an "ext0" that leads nowhere, with the default route, for the proxy's node-IP detection.
  */
-async function buildTopology(
-  sb: Sandbox,
-): Promise<{ node: string; node2: string; client: string; backends: string[] }> {
+async function buildTopology(sb: Sandbox, withNode3: boolean): Promise<Topology> {
   const sw = await sb.createNamespace('switch');
   await sb.bridge(sw, 'br0');
   let port = 0;
@@ -540,10 +613,12 @@ async function buildTopology(
     return ns;
   };
   const nodes: string[] = [];
-  for (const [name, ip, ext] of [
+  const nodeSpecs: (readonly [string, string, string])[] = [
     ['node', '10.244.0.1', NET.nodeIP],
     ['node2', NET.node2IP, '192.168.51.2'],
-  ] as const) {
+  ];
+  if (withNode3) nodeSpecs.push(['node3', NET.node3IP, '192.168.52.2']);
+  for (const [name, ip, ext] of nodeSpecs) {
     const ns = await plug(name, ip);
     await sb.dummy(ns, 'ext0');
     await sb.addAddress(ns, 'ext0', `${ext}/24`);
@@ -558,7 +633,9 @@ async function buildTopology(
   }
   const [client, ...backends] = pods;
   await sb.exec(client!, 'ip', ['route', 'add', '10.97.0.0/16', 'via', NET.node2IP, 'dev', 'eth0']);
-  return { node: nodes[0]!, node2: nodes[1]!, client: client!, backends };
+  if (withNode3)
+    await sb.exec(client!, 'ip', ['route', 'add', '10.98.0.0/16', 'via', NET.node3IP, 'dev', 'eth0']);
+  return { node: nodes[0]!, node2: nodes[1]!, node3: nodes[2], client: client!, backends };
 }
 
 function removeOnExit(dir: string): void {
