@@ -4,6 +4,7 @@
 // (`listen … proxy_protocol`) on one port and serves the same response on the other.
 // Run: node bench/proxy-protocol.bench.ts [--seconds 3] [--rounds 5]
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -66,6 +67,18 @@ function wrk(port: number): { rps: number; p99ms: number } {
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** CPU seconds (user + system) a process and its threads used so far; 0 when it is gone. */
+function cpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
 
 async function main() {
   for (const tool of ['nginx', 'wrk'])
@@ -134,29 +147,34 @@ http {
       ),
     );
     for (const port of [NGINX.plain, NGINX.pp, PROXY.off, PROXY.v1, PROXY.v2]) await waitListening(port);
-    const results: Record<keyof typeof PROXY, { rps: number[]; p99: number[] }> = {
-      off: { rps: [], p99: [] },
-      v1: { rps: [], p99: [] },
-      v2: { rps: [], p99: [] },
+    const proxyPid = children[1]!.pid;
+    const results: Record<keyof typeof PROXY, { rps: number[]; p99: number[]; cpuUs: number[] }> = {
+      off: { rps: [], p99: [], cpuUs: [] },
+      v1: { rps: [], p99: [], cpuUs: [] },
+      v2: { rps: [], p99: [], cpuUs: [] },
     };
     const order = ['off', 'v1', 'v2'] as const;
     for (let round = 0; round < ROUNDS; round++) {
       // Alternating: each round starts with a different one.
       for (let i = 0; i < order.length; i++) {
         const which = order[(round + i) % order.length]!;
+        const before = cpuSeconds(proxyPid);
         const r = wrk(PROXY[which]);
+        const cpu = cpuSeconds(proxyPid) - before;
         results[which].rps.push(r.rps);
         results[which].p99.push(r.p99ms);
+        // The proxy's CPU per connection (wrk's requests are the connections with Connection: close).
+        results[which].cpuUs.push((cpu * 1e6) / Math.max(1, r.rps * SECONDS));
       }
     }
     const off = median(results.off.rps);
     console.log(`PROXY protocol cost: ${ROUNDS} rounds × ${SECONDS} s, wrk -c32 Connection: close, medians`);
-    console.log('| header | new connections/s | vs off | p99 ms |');
-    console.log('|---|---:|---:|---:|');
+    console.log('| header | new connections/s | vs off | p99 ms | proxy CPU µs per connection |');
+    console.log('|---|---:|---:|---:|---:|');
     for (const which of order) {
       const rps = median(results[which].rps);
       console.log(
-        `| ${which} | ${rps.toFixed(0)} | ${(rps / off).toFixed(2)}× | ${median(results[which].p99).toFixed(2)} |`,
+        `| ${which} | ${rps.toFixed(0)} | ${(rps / off).toFixed(2)}× | ${median(results[which].p99).toFixed(2)} | ${median(results[which].cpuUs).toFixed(1)} |`,
       );
     }
   } finally {

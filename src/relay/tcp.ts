@@ -294,9 +294,16 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
     this.state = OPEN;
     this.balancer.reportSuccess(this.endpoint!);
     this.listener.fdPressure.relieved();
-    // Before any byte of the client's (it is still paused): who it was and where it connected to.
+    // Before any byte of the client's (it is still paused): who it was and where it connected to. Corked
+    // for one turn of the loop, so that the request a client sent at once (already waiting in its
+    // socket) leaves in the same segment instead of a second one, and uncorked then whatever came: a
+    // server-first protocol's endpoint gets the header alone, one loop turn later.
     const pp = this.proxyProtocol;
-    if (pp !== undefined) upstream.write(this.#proxyHeader(pp));
+    if (pp !== undefined) {
+      upstream.cork();
+      upstream.write(this.#proxyHeader(pp));
+      setImmediate(uncorkNextTurn, upstream);
+    }
     const idle = this.listener.options.idleTimeoutMs;
     upstream.setTimeout(idle);
     client.setTimeout(idle);
@@ -559,6 +566,15 @@ function onHalfCloseTimeout(this: net.Socket): void {
 
 // The sniffer reads a chunk after it has been written on: the bytes (and the wake-up of the side that
 // waits for them) never wait for tracing. Nothing changes a chunk once it is read, so it is intact.
+
+/** The header's cork (see connected()): the check phase after the next poll, where the client's bytes come. */
+function uncorkNextTurn(upstream: net.Socket): void {
+  setImmediate(uncork, upstream);
+}
+
+function uncork(upstream: net.Socket): void {
+  upstream.uncork();
+}
 
 function onClientData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
