@@ -208,6 +208,7 @@ function detailRow(key, onShowConnections) {
         fact('failures by reason', reasons(d.connections.connectFailures) || '–'),
         fact('rejected', reasons(d.connections.rejected) || '–'),
         ...(d.trace ? [fact('trace', d.trace)] : []),
+        ...(d.proxyProtocol ? [fact('PROXY protocol', d.proxyProtocol)] : []),
         ...(d.loopEndpoints.length > 0 ? [fact('loop (left out)', d.loopEndpoints.join(', '))] : []),
         ...(d.error ? [fact('error', `${d.error.code}: ${d.error.message}`)] : []),
       );

@@ -50,6 +50,8 @@ export type UiServicePort = {
   sessionAffinity: 'None' | 'ClientIP';
   /** The port's trace annotation, when it overrides --trace. */
   trace?: string;
+  /** The PROXY protocol header its TCP connections send their endpoints, when they send one. */
+  proxyProtocol?: 'v1' | 'v2';
   endpointCounts: { total: number; ready: number; terminating: number; ejected: number; loop: number };
   connections: {
     accepted: number;
@@ -231,6 +233,7 @@ function rowOf(r: Row, input: ServicesInput): UiServicePort {
     localProxyPort: r.s.localProxyPort,
     sessionAffinity: sp.sessionAffinity,
     ...(sp.trace === undefined ? {} : { trace: sp.trace }),
+    ...(r.s.proxyProtocol === undefined ? {} : { proxyProtocol: r.s.proxyProtocol }),
     endpointCounts: counts,
     connections: {
       accepted: stats.accepted,

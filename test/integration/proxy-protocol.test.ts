@@ -116,6 +116,15 @@ test('annotated v1 and v2: the client and the listener it reached, before its by
   const debug = proxy.server.proxier.status();
   const pp = (name: string) => debug.find((s) => s.servicePort.serviceName === name)?.proxyProtocol;
   assert.deepEqual(['pp1', 'pp2', 'plain', 'bad'].map(pp), ['v1', 'v2', undefined, undefined]);
+  // So does the console; and the connection table records the client's bytes, not our header.
+  const base = `http://127.0.0.1:${proxy.server.metricsServer!.port}`;
+  const ui = (await (await fetch(`${base}/ui/api/services?limit=50&expand=default/pp1:tcp/TCP`)).json()) as {
+    detail?: { proxyProtocol?: string };
+  };
+  assert.equal(ui.detail?.proxyProtocol, 'v1');
+  const rows = proxy.server.connections.list({ service: 'default/pp1:tcp', state: 'closed' }).recent;
+  assert.equal(rows.length, 1);
+  assert.equal(rows[0]!.bytesFromClient, 'hello\n'.length);
 });
 
 test('--proxy-protocol is the default of Services without the annotation; `off` turns it off for one', async (t) => {
