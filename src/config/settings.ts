@@ -360,7 +360,7 @@ export const SETTINGS: readonly Setting[] = [
   }),
   row('workers', {
     flag: 'workers',
-    default: 1,
+    default: 0,
     codec: int(0, MAX_WORKERS),
     help: `Processes that relay traffic (each listens on every proxy port with SO_REUSEPORT); 0 = the cores this process may use, at most ${MAX_WORKERS}; 1 = this process alone`,
   }),

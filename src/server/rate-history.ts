@@ -76,8 +76,13 @@ export class RateHistory {
    * Takes a sample at `nowMs` unless the last one is less than an interval old (with a tenth of slack, for
    * a console that asks every interval). Returns whether it did.
    */
+  /** True when maybeSample() at `nowMs` would take a sample. */
+  due(nowMs: number): boolean {
+    return this.#lastMs === 0 || nowMs - this.#lastMs >= this.intervalMs * 0.9;
+  }
+
   maybeSample(nowMs: number, read: ReadCounters): boolean {
-    if (this.#lastMs !== 0 && nowMs - this.#lastMs < this.intervalMs * 0.9) return false;
+    if (!this.due(nowMs)) return false;
     this.sample(nowMs, read);
     return true;
   }

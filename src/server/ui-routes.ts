@@ -9,6 +9,7 @@ import { jsonSafe } from '../lib/printable.ts';
 import type { Proxier, ServicePortStatus } from '../proxier/proxier.ts';
 import type {
   ConnectionListing,
+  ConnectionRecord,
   ConnectionState,
   ConnectionTable,
   ListOptions,
@@ -62,9 +63,11 @@ export function uiRoutes(source: UiSource, options: UiRoutesOptions = {}): Recor
   // Nobody looking: the history (up to 2.4 KB a busy service port) goes, rather than wait for the next look.
   let release: NodeJS.Timeout | undefined;
   /** The running ports, and a rate sample from them when one is due. */
-  const running = (nowMs: number): ServicePortStatus[] => {
+  const running = async (nowMs: number): Promise<ServicePortStatus[]> => {
+    // The open connections of every process (--workers), only when a sample is due.
+    const live = history.due(nowMs) ? (await source.listConnections({ state: 'active' })).active : [];
     const status = source.proxier.status();
-    if (history.maybeSample(nowMs, readCounters(status, source.connections))) {
+    if (history.maybeSample(nowMs, readCounters(status, live))) {
       release ??= setTimeout(() => history.clear(), options.releaseAfterMs ?? RELEASE_AFTER_MS).unref();
       release.refresh();
     }
@@ -74,7 +77,7 @@ export function uiRoutes(source: UiSource, options: UiRoutesOptions = {}): Recor
     ...uiAssetRoutes(log),
     '/ui/api/overview': async (_req, res) => {
       const nowMs = now();
-      const status = running(nowMs);
+      const status = await running(nowMs);
       let active = 0;
       let accepted = 0;
       for (const s of status) {
@@ -111,7 +114,7 @@ export function uiRoutes(source: UiSource, options: UiRoutesOptions = {}): Recor
         }),
       );
     },
-    '/ui/api/services': (_req, res, url) => {
+    '/ui/api/services': async (_req, res, url) => {
       const q = url.searchParams.get('q') ?? '';
       const sort = url.searchParams.get('sort') || 'name';
       const offset = count(url, 'offset', 0);
@@ -131,7 +134,7 @@ export function uiRoutes(source: UiSource, options: UiRoutesOptions = {}): Recor
         res,
         uiServices(
           {
-            running: running(nowMs),
+            running: await running(nowMs),
             failures: p.failures(),
             nodePortErrors: p.nodePortErrors(),
             history,
@@ -176,19 +179,21 @@ export function uiRoutes(source: UiSource, options: UiRoutesOptions = {}): Recor
  * connections, which the relays count, plus what the table's active connections carried so far, so that
  * a long connection shows as it goes, not at its close) and no-endpoint closes.
  */
-function readCounters(status: readonly ServicePortStatus[], table: ConnectionTable): ReadCounters {
+function readCounters(
+  status: readonly ServicePortStatus[],
+  active: readonly ConnectionRecord[],
+): ReadCounters {
   return (visit) => {
     const live = new Map<string, { in: number; out: number }>();
-    if (table.activeCount > 0)
-      for (const r of table.list({ state: 'active' }).active) {
-        const key = `${r.service}/${r.protocol}`;
-        const sum = live.get(key);
-        if (sum === undefined) live.set(key, { in: r.bytesFromClient, out: r.bytesToClient });
-        else {
-          sum.in += r.bytesFromClient;
-          sum.out += r.bytesToClient;
-        }
+    for (const r of active) {
+      const key = `${r.service}/${r.protocol}`;
+      const sum = live.get(key);
+      if (sum === undefined) live.set(key, { in: r.bytesFromClient, out: r.bytesToClient });
+      else {
+        sum.in += r.bytesFromClient;
+        sum.out += r.bytesToClient;
       }
+    }
     for (const s of status) {
       const st = s.context.stats;
       const l = live.get(s.servicePort.key);

@@ -187,6 +187,8 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
   t.after(() => rm(stateDir, { recursive: true, force: true }));
   const stateFile = join(stateDir, 'state.json');
   const ARGS = [
+    // One process: descriptors, session caps and ejections are counted per process below.
+    '--workers=1',
     '--state-file',
     stateFile,
     '--outlier-base-ejection-time',
@@ -625,6 +627,7 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
     const child = sb.spawnIn(node, process.execPath, [
       PROXY_BIN,
       ...e2eProxyArgs(['--kubeconfig', kubeconfig]),
+      '--workers=1',
       '--state-file',
       '',
     ]);

@@ -157,6 +157,8 @@ export async function startDemoProxy(options: DemoProxyOptions = {}): Promise<De
     '--healthz-bind-address=',
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
     '--bind-address-hard-fail',
+    // One process: the console's tests count failures and ejections exactly (workers.test.ts has the rest).
+    '--workers=1',
     ...(options.extraArgs ?? []),
   ];
   const child =

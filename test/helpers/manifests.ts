@@ -105,6 +105,8 @@ export async function startManifestProxy(
   });
   const config: Config = {
     ...DEFAULT_CONFIG,
+    // In this process: one relaying process (the worker mode has tests of its own).
+    workers: 1,
     manifest: file,
     iptables: false,
     hostnameOverride: 'node-1',

@@ -102,6 +102,8 @@ test('many new service ports: rules restored while listeners bind, then a delta 
   };
   const config: Config = {
     ...DEFAULT_CONFIG,
+    // In this process: one relaying process (the worker mode has tests of its own).
+    workers: 1,
     manifest: file,
     iptables: true,
     hostnameOverride: 'node-1',

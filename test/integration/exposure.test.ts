@@ -71,6 +71,8 @@ test('a token the API server refuses is not logged', async (t) => {
   const server = new ProxyServer(
     {
       ...DEFAULT_CONFIG,
+      // In this process: one relaying process (the worker mode has tests of its own).
+      workers: 1,
       kubeconfig,
       iptables: false,
       hostnameOverride: 'node-1',

@@ -500,6 +500,8 @@ async function proxyOn(t: TestContext) {
   });
   const config: Config = {
     ...DEFAULT_CONFIG,
+    // In this process: one relaying process (the worker mode has tests of its own).
+    workers: 1,
     kubeconfig: api.kubeconfig,
     iptables: false,
     hostnameOverride: NODE,

@@ -37,6 +37,8 @@ async function setup(
   api.create(node);
   const config: Config = {
     ...DEFAULT_CONFIG,
+    // In this process: one relaying process (the worker mode has tests of its own).
+    workers: 1,
     kubeconfig: await api.writeKubeconfig(dir),
     iptables: deps.iptables !== undefined,
     hostnameOverride: 'node-1',

@@ -30,6 +30,8 @@ async function start(t: { after(fn: () => unknown): void }, overrides: Partial<C
   await writeFile(file, toYaml(objects('web')));
   const config: Config = {
     ...DEFAULT_CONFIG,
+    // In this process: one relaying process (the worker mode has tests of its own).
+    workers: 1,
     manifest: file,
     iptables: iptables !== undefined,
     hostnameOverride: 'node-1',

@@ -34,6 +34,8 @@ async function setup(
   });
   const config: Config = {
     ...DEFAULT_CONFIG,
+    // In this process: one relaying process (the worker mode has tests of its own).
+    workers: 1,
     kubeconfig,
     iptables: false,
     hostnameOverride: 'node-1',

@@ -276,6 +276,8 @@ test('a cold start plans the hashed ports for the early restore, in key order wh
     };
     const config: Config = {
       ...DEFAULT_CONFIG,
+      // In this process: one relaying process (the worker mode has tests of its own).
+      workers: 1,
       manifest: file,
       iptables: true,
       stateFile: '',

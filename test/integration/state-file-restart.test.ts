@@ -107,6 +107,8 @@ test('--state-file: a second proxy on the same file refuses to start, naming the
   const second = new ProxyServer(
     {
       ...DEFAULT_CONFIG,
+      // In this process: one relaying process (the worker mode has tests of its own).
+      workers: 1,
       manifest: first.file,
       iptables: false,
       hostnameOverride: 'node-1',
