@@ -329,7 +329,9 @@ export class Rig {
    */
   async startTrafficProxies(layout: TraceLayout = this.#layout): Promise<void> {
     this.#layout = layout;
-    const common = ['--proxy-port-range', NET.proxyPortRange];
+    // No per-service connection cap: the memory measure holds 5,000 connections on one Service, past the
+    // default (an eighth of the descriptor limit, per process).
+    const common = ['--proxy-port-range', NET.proxyPortRange, '--max-connections-per-service=0'];
     const traced = [...common, layout === 'control' ? '--trace=none' : '--trace=protocols'];
     const untraced = [...common, '--trace=none'];
     const swapped = layout === 'swap';

@@ -216,6 +216,10 @@ export class ProxyServer {
                   ejections: ejection.ejections,
                 }),
         onProxyPortsChanged: (ports) => this.#stateFile?.save(ports),
+        onEndpointsApplied: (snapshot) => {
+          if (this.workers !== undefined && snapshot.changedEndpoints.size > 0)
+            this.workers.send(tableDelta(snapshot, 'endpoints'));
+        },
       },
     );
     // What the proxy reports of a service port counts every process's connections (--workers).
@@ -237,14 +241,13 @@ export class ProxyServer {
             if (t <= nowMs) this.metrics.networkProgrammingDuration.observe((nowMs - t) / 1000);
         },
         onSynced: async (result, snapshot, now) => {
-          if (snapshot !== undefined) this.#tellWorkers(snapshot, true);
+          if (snapshot !== undefined) this.#tellWorkers(snapshot);
           this.health.updated(now);
           this.metrics.syncDuration.observe(result.durationMs / 1000);
           this.metrics.lastSync.set(now / 1000);
           await this.#syncServiceHealth();
         },
         onEndpointsApplied: (snapshot) => {
-          this.#tellWorkers(snapshot, false);
           // Health check node ports report local endpoints: only theirs need a look.
           for (const key of snapshot.changedEndpoints) {
             if ((snapshot.servicePorts.get(key)?.healthCheckNodePort ?? 0) === 0) continue;
@@ -263,22 +266,18 @@ export class ProxyServer {
     this.runner = this.syncLoop.runner;
   }
 
-  /** What the main process applied, to its workers: the changes, and the proxy ports when they moved. */
-  #tellWorkers(snapshot: Snapshot, synced: boolean): void {
+  /**
+   * What a sync changed, to the workers: its service ports, and the proxy ports when they moved (its
+   * endpoints went to them already, as the main process applied them: onEndpointsApplied).
+   */
+  #tellWorkers(snapshot: Snapshot): void {
     const pool = this.workers;
     if (pool === undefined) return;
     let ports: ReadonlyMap<string, number> | undefined;
-    if (synced) {
-      const now = this.proxier.proxyPorts();
-      if (!samePorts(now, this.#workerPorts)) ports = this.#workerPorts = now;
-    }
-    if (
-      ports === undefined &&
-      snapshot.changedServicePorts.size === 0 &&
-      snapshot.changedEndpoints.size === 0
-    )
-      return;
-    pool.send(tableDelta(snapshot, ports));
+    const now = this.proxier.proxyPorts();
+    if (!samePorts(now, this.#workerPorts)) ports = this.#workerPorts = now;
+    if (ports === undefined && snapshot.changedServicePorts.size === 0) return;
+    pool.send(tableDelta(snapshot, 'service-ports', ports));
   }
 
   /** The connection table of the whole proxy: this process's and its workers', newest first. */

@@ -117,6 +117,11 @@ export type ProxierDeps = {
   exactPorts?: boolean;
   /** Each ejection this proxier's relays decide (--workers: the other processes are told). */
   onEjection?: EjectionListener;
+  /**
+   * The endpoints of `snapshot` went to the balancers (the fast path, or a sync before it writes the
+   * rules): --workers tells the other processes at once rather than after the rules.
+   */
+  onEndpointsApplied?: (snapshot: Snapshot) => void;
 };
 
 /** Another process's counters added to a service port's own (Proxier.setStatsOverlay). */
@@ -153,6 +158,7 @@ export class Proxier {
   #syncing = false;
   #portsChanged = false;
   #statsOverlay: StatsOverlay | undefined;
+  readonly #onEndpointsApplied: ((snapshot: Snapshot) => void) | undefined;
   /** Descriptor exhaustion, shared by every listener (metrics read its counts). */
   readonly fdPressure: FdPressure;
   /** Connections and datagrams that come back from our own sockets, shared by every listener. */
@@ -178,6 +184,7 @@ export class Proxier {
     this.#log = deps.log;
     this.#clock = deps.clock ?? realClock;
     this.#onProxyPortsChanged = deps.onProxyPortsChanged;
+    this.#onEndpointsApplied = deps.onEndpointsApplied;
     this.fdPressure = new FdPressure(deps.log);
     this.#loopGuard = new LoopGuard(deps.log);
     this.#readLocalAddresses = deps.localAddresses ?? readLocalAddresses;
@@ -329,6 +336,7 @@ export class Proxier {
     const snapshot = this.#source.checkout();
     this.#snapshot = snapshot;
     this.#applyEndpoints(snapshot);
+    this.#onEndpointsApplied?.(snapshot);
     return snapshot;
   }
 
@@ -424,6 +432,7 @@ export class Proxier {
     await this.#refreshLoopGuard(opened > 0 || closed > 0 || snapshot.changedServicePorts.size > 0, yielder);
     if (this.#closed) return undefined;
     this.#applyEndpoints(snapshot);
+    this.#onEndpointsApplied?.(snapshot);
 
     const now = this.#clock.now();
     const claimHosts = this.#options.nodePortHosts?.() ?? [this.#listenHost];

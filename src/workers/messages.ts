@@ -120,15 +120,26 @@ export function fullTable(snapshot: Snapshot | undefined, ports: ReadonlyMap<str
   };
 }
 
-/** What changed in `snapshot` (a checkout the main process applied), and the ports when they changed. */
-export function tableDelta(snapshot: Snapshot, ports: ReadonlyMap<string, number> | undefined): TableMessage {
+/**
+ * What changed in `snapshot` (a checkout the main process applied): its service ports and the ports when
+ * they changed (after a sync), or its endpoints (as soon as the main process's balancers have them).
+ */
+export function tableDelta(
+  snapshot: Snapshot,
+  part: 'service-ports' | 'endpoints',
+  ports?: ReadonlyMap<string, number>,
+): TableMessage {
   return {
     t: 'table',
     full: false,
-    servicePorts: [...snapshot.changedServicePorts].map(
-      (k) => [k, snapshot.servicePorts.get(k) ?? null] as const,
-    ),
-    endpoints: [...snapshot.changedEndpoints].map((k) => [k, snapshot.endpoints.get(k) ?? null] as const),
+    servicePorts:
+      part === 'service-ports'
+        ? [...snapshot.changedServicePorts].map((k) => [k, snapshot.servicePorts.get(k) ?? null] as const)
+        : [],
+    endpoints:
+      part === 'endpoints'
+        ? [...snapshot.changedEndpoints].map((k) => [k, snapshot.endpoints.get(k) ?? null] as const)
+        : [],
     ...(ports === undefined ? {} : { ports: [...ports] }),
   };
 }

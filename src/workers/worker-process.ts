@@ -121,11 +121,17 @@ class Worker {
     void (async () => {
       try {
         let first = force;
-        while (!this.#draining && (first || this.#again || this.#replica.pending)) {
+        // Bounded: a replica that stays pending (it should not) costs a log line, not a spinning loop.
+        for (let round = 0; !this.#draining && (first || this.#again || this.#replica.pending); round++) {
+          if (round === 100) {
+            this.#log.error('Worker sync keeps finding changes; giving up until the next table');
+            break;
+          }
           first = false;
           this.#again = false;
-          if (this.#replica.onlyEndpointsPending) this.proxier.applyEndpointChanges();
-          else await this.proxier.sync();
+          // The fast path, when the proxier takes it (not before its first sync): else a sync.
+          if (!this.#replica.onlyEndpointsPending || this.proxier.applyEndpointChanges() === undefined)
+            await this.proxier.sync();
         }
         send({
           t: 'synced',
