@@ -104,6 +104,8 @@ async function startOnce(options: ProxyProcessOptions): Promise<ProxyProcess> {
     `--metrics-bind-address=127.0.0.1:${metrics}`,
     // A health or metrics port someone took meanwhile ends the start (retried), never a stranger answering.
     '--bind-address-hard-fail',
+    // Under a descriptor limit the tests count the process's own descriptors: one process.
+    ...(options.fdLimit === undefined ? [] : ['--workers=1']),
     ...(options.extraArgs ?? []),
   ];
   const child =

@@ -224,6 +224,8 @@ async function startCli(t: After, fdLimit: number, extraArgs: string[] = []): Pr
     '--bind-address=0.0.0.0',
     '--healthz-bind-address=',
     `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+    // One process: descriptors, caps and their log lines are counted per process here.
+    '--workers=1',
     ...extraArgs,
   ];
   const child = spawn('sh', ['-c', `ulimit -n ${fdLimit} && exec "$0" "$@"`, process.execPath, ...args], {
