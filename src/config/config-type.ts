@@ -22,6 +22,12 @@ export type ProxyProtocolMode = (typeof PROXY_PROTOCOL_MODES)[number];
 /** The most --workers may ask for (0 asks for the cores this process may use, capped here too). */
 export const MAX_WORKERS = 16;
 
+/**
+ * What `--workers 0` (the default) asks for at most: the cores, but no more than 8 processes (each is a
+ * Node heap of its own, ~45 MB at start, and a socket per proxy port), whatever the node's size.
+ */
+export const MAX_AUTO_WORKERS = 8;
+
 /** --log-format: one JSON object a line, or readable lines. */
 export const LOG_FORMATS = ['json', 'text'] as const;
 

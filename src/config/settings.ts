@@ -9,6 +9,7 @@ import {
   DEFAULT_STATE_FILE,
   DETECT_LOCAL_MODES,
   LOG_FORMATS,
+  MAX_AUTO_WORKERS,
   MAX_WORKERS,
   PROXY_PROTOCOL_MODES,
   TRACE_MODES,
@@ -362,7 +363,7 @@ export const SETTINGS: readonly Setting[] = [
     flag: 'workers',
     default: 0,
     codec: int(0, MAX_WORKERS),
-    help: `Processes that relay traffic (each listens on every proxy port with SO_REUSEPORT); 0 = the cores this process may use, at most ${MAX_WORKERS}; 1 = this process alone`,
+    help: `Processes that relay traffic (each listens on every proxy port with SO_REUSEPORT); 0 = the cores this process may use, at most ${MAX_AUTO_WORKERS}; 1 = this process alone; at most ${MAX_WORKERS}`,
   }),
   row('shutdownGracePeriodMs', {
     flag: 'shutdown-grace-period',

@@ -1,16 +1,16 @@
 // The proxier's options as the configuration sets them: built here for the main process and for every
 // worker process (--workers), so that they relay alike.
 import { availableParallelism } from 'node:os';
-import { type Config, MAX_WORKERS } from '../config/config-type.ts';
+import { type Config, MAX_AUTO_WORKERS, MAX_WORKERS } from '../config/config-type.ts';
 import { DEFAULT_OUTLIER_OPTIONS } from '../loadbalancer/outlier.ts';
 import { DEFAULT_TCP_OPTIONS } from '../relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS } from '../relay/udp.ts';
 import { type FdLimits, tcpConnectionCap, udpSessionCap } from './process-limits.ts';
 import type { ProxierOptions } from './proxier.ts';
 
-/** --workers resolved: 0 is the cores this process may use; never more than MAX_WORKERS. */
+/** --workers resolved: 0 is the cores this process may use, at most MAX_AUTO_WORKERS; never more than MAX_WORKERS. */
 export function workerCount(configured: number, cores: number = availableParallelism()): number {
-  const n = configured === 0 ? cores : configured;
+  const n = configured === 0 ? Math.min(cores, MAX_AUTO_WORKERS) : configured;
   return Math.max(1, Math.min(MAX_WORKERS, n));
 }
 
