@@ -140,6 +140,7 @@ export class ProxyServer {
               return fullTable(this.proxier.snapshot, this.#workerPorts);
             },
             onEjection: (e) => this.proxier.applyEjection(e.key, e.endpoint, e.untilMs, e.ejections),
+            listenHost: () => this.proxier.listenHost,
           })
         : undefined;
     this.health = new ProxyHealth(2 * config.iptablesSyncPeriodMs);

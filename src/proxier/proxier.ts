@@ -742,6 +742,11 @@ export class Proxier {
   }
 
   /** Where listeners bind; only before the first sync (e.g. `0.0.0.0` when IPv6 is unavailable). */
+  /** Where the listeners bind. */
+  get listenHost(): string {
+    return this.#listenHost;
+  }
+
   setListenHost(host: string): void {
     this.#listenHost = host;
   }

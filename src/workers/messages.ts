@@ -16,6 +16,8 @@ export type InitMessage = {
   readonly id: number;
   readonly processes: number;
   readonly config: Config;
+  /** Where the main process's listeners bind (it falls back to IPv4 where IPv6 is missing). */
+  readonly listenHost: string;
 };
 
 /**

@@ -28,6 +28,8 @@ export type WorkerPoolOptions = {
   log: Logger;
   /** The whole table now, for a worker that (re)starts. */
   table: () => TableMessage;
+  /** Where the main process's listeners bind now; the workers bind there too. */
+  listenHost: () => string;
   fork?: WorkerFork;
   /** First restart delay; doubles while a worker keeps dying, up to maxRestartDelayMs. */
   restartDelayMs?: number;
@@ -88,7 +90,13 @@ export class WorkerPool {
     child.on('message', (msg: FromWorker) => this.#onMessage(slot, child, msg));
     child.on('error', (err) => log.error({ err, worker: slot.id }, 'Worker process error'));
     child.once('exit', (code, signal) => this.#onExit(slot, child, code, signal));
-    this.#send(child, { t: 'init', id: slot.id, processes: this.#slots.length + 1, config });
+    this.#send(child, {
+      t: 'init',
+      id: slot.id,
+      processes: this.#slots.length + 1,
+      config,
+      listenHost: this.#options.listenHost(),
+    });
     this.#send(child, this.#options.table());
     // A worker that restarts follows for those already following.
     for (const [sub, { filter }] of this.#follows) this.#send(child, { t: 'trace-follow', sub, filter });

@@ -49,6 +49,7 @@ class Worker {
     this.proxier = new Proxier(
       {
         ...proxierOptions(config, readFdLimits(), init.processes),
+        listenHost: init.listenHost,
         // NodePorts are held by the main process; the rules it writes send traffic here too.
         claimNodePorts: false,
         portalsElsewhere: config.iptables,
