@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { cpuTicks, median, parseWrk } from './tools.ts';
 
 const { values } = parseArgs({
   options: { seconds: { type: 'string', default: '3' }, rounds: { type: 'string', default: '5' } },
@@ -59,22 +60,16 @@ function wrk(port: number): { rps: number; p99ms: number } {
     ['-t1', '-c32', `-d${SECONDS}s`, '--latency', '-H', 'Connection: close', `http://127.0.0.1:${port}/`],
     { encoding: 'utf8' },
   );
-  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(r.stdout)?.[1] ?? 0);
-  const p99 = /99%\s+([\d.]+)(us|ms|s)/.exec(r.stdout);
-  const scale = p99?.[2] === 'us' ? 0.001 : p99?.[2] === 's' ? 1000 : 1;
-  if (/Non-2xx|Socket errors/.test(r.stdout)) process.stderr.write(`port ${port}: ${r.stdout}\n`);
-  return { rps, p99ms: Number(p99?.[1] ?? 0) * scale };
+  const parsed = parseWrk(r.stdout);
+  if (parsed.errors > 0 || parsed.error !== undefined) process.stderr.write(`port ${port}: ${r.stdout}\n`);
+  return { rps: parsed.rps, p99ms: parsed.p99 };
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** CPU seconds (user + system) a process and its threads used so far; 0 when it is gone. */
 function cpuSeconds(pid: number | undefined): number {
   if (pid === undefined) return 0;
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
+    return cpuTicks(readFileSync(`/proc/${pid}/stat`, 'utf8')) / 100;
   } catch {
     return 0;
   }
