@@ -137,6 +137,8 @@ http {
           '--hostname-override=node-1',
           '--trace=protocols',
           '--proxy-port-range=22180-22199',
+          // One process: the CPU per connection below is read from its /proc/<pid>/stat alone.
+          '--workers=1',
         ],
         { stdio: ['ignore', 'ignore', 'inherit'] },
       ),
