@@ -67,6 +67,9 @@ export type ProxyServerDeps = {
   sysctl?: Sysctl;
 };
 
+/** The metrics server's routes that read service port counters (Proxier.status()). */
+const COUNTER_ROUTES = ['/metrics', '/debug/services', '/ui/api/overview', '/ui/api/services'] as const;
+
 /** How long the first sync waits for this Node (its InternalIPs are the node IPs); then it goes on without. */
 const NODE_WAIT_MS = 5_000;
 
@@ -310,18 +313,22 @@ export class ProxyServer {
     return this.#workerStatsRefresh;
   }
 
-  /** Routes that read counters get the workers' fresh first (not the trace stream, which stays open). */
+  /**
+   * The routes that report service port counters get the workers' fresh first; the others (the
+   * connection table and trace stream ask the workers themselves, the console's files, /configz) do not
+   * pay for a request to every worker.
+   */
   #withWorkerStats(routes: Record<string, Route>): Record<string, Route> {
     if (this.workers === undefined) return routes;
-    const out: Record<string, Route> = {};
-    for (const [path, route] of Object.entries(routes))
-      out[path] =
-        path === '/debug/trace'
-          ? route
-          : async (req, res, url) => {
-              await this.refreshWorkerStats();
-              await route(req, res, url);
-            };
+    const out: Record<string, Route> = { ...routes };
+    for (const path of COUNTER_ROUTES) {
+      const route = routes[path];
+      if (route === undefined) continue;
+      out[path] = async (req, res, url) => {
+        await this.refreshWorkerStats();
+        await route(req, res, url);
+      };
+    }
     return out;
   }
 
