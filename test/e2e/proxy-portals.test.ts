@@ -12,7 +12,7 @@ import {
   ProxyProcess,
   runProxyOnce,
 } from '../helpers/cluster-proxy.ts';
-import { service, slice } from '../helpers/manifests.ts';
+import { dualStackService, slice } from '../helpers/manifests.ts';
 import { createSandbox, requireRootOrSkip } from '../helpers/netns.ts';
 
 // Portal rules live in the shard chain of their IP's lowest 5 bits (KUBE-PORTALS-CONTAINER-14 for .20).
@@ -38,24 +38,7 @@ const BACKEND_UDP = 5353;
 const PODS = 3;
 const POD_NAME = /^pod[0-2]$/;
 
-type Port = { name: string; port: number; targetPort: number; protocol?: 'TCP' | 'UDP'; nodePort?: number };
-
-/** A Service as the API has it; `clusterIPs` primary first, `spec`/`status` merged over the defaults. */
-function svc(name: string, clusterIPs: string[], ports: Port[], spec: object = {}, status?: object) {
-  const base = service(name, clusterIPs[0]!, ports);
-  return {
-    ...base,
-    spec: {
-      ...base.spec,
-      clusterIPs,
-      ipFamilies: clusterIPs.map((ip) => (ip.includes(':') ? 'IPv6' : 'IPv4')),
-      ipFamilyPolicy: clusterIPs.length > 1 ? 'RequireDualStack' : 'SingleStack',
-      ports: ports.map((p) => ({ protocol: 'TCP', ...p })),
-      ...spec,
-    },
-    ...(status ? { status } : {}),
-  };
-}
+const svc = dualStackService;
 
 /** The EndpointSlices of `service`: every pod, IPv4 and (when `v6`) IPv6. */
 function podSlices(service: string, port: { name: string; protocol?: 'TCP' | 'UDP' }, v6 = false) {

@@ -14,7 +14,7 @@ import {
   eventually,
   ProxyProcess,
 } from '../helpers/cluster-proxy.ts';
-import { service, slice } from '../helpers/manifests.ts';
+import { type ApiPort, dualStackService, slice } from '../helpers/manifests.ts';
 import { createSandbox, requireRootOrSkip } from '../helpers/netns.ts';
 import { type ProxyHeader, parseProxyHeader } from '../helpers/proxy-protocol-parser.ts';
 
@@ -29,30 +29,17 @@ const LOCAL_NODE_PORT = 30151;
 const PP_BACKEND = 8080;
 const PLAIN_BACKEND = 8081;
 
-type Port = { name: string; port: number; targetPort: number; nodePort?: number };
-
+/** A Service as the API has it, with our annotations. */
 function svc(
   name: string,
   clusterIPs: string[],
-  ports: Port[],
+  ports: ApiPort[],
   spec: object,
   annotations: object,
   status?: object,
 ) {
-  const base = service(name, clusterIPs[0]!, ports);
-  return {
-    ...base,
-    metadata: { ...base.metadata, annotations },
-    spec: {
-      ...base.spec,
-      clusterIPs,
-      ipFamilies: clusterIPs.map((ip) => (ip.includes(':') ? 'IPv6' : 'IPv4')),
-      ipFamilyPolicy: clusterIPs.length > 1 ? 'RequireDualStack' : 'SingleStack',
-      ports: ports.map((p) => ({ protocol: 'TCP', ...p })),
-      ...spec,
-    },
-    ...(status ? { status } : {}),
-  };
+  const base = dualStackService(name, clusterIPs, ports, spec, status);
+  return { ...base, metadata: { ...base.metadata, annotations } };
 }
 
 /** The pod0 endpoint of `name` on `port`, IPv4 (and IPv6 when `v6`). */

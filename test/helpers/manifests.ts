@@ -46,6 +46,41 @@ export function service(
   };
 }
 
+/** A port of dualStackService: `protocol` TCP unless given. */
+export type ApiPort = {
+  name: string;
+  port: number;
+  targetPort: number;
+  protocol?: 'TCP' | 'UDP';
+  nodePort?: number;
+};
+
+/**
+ * A Service as the API has it with every cluster IP (primary first), its families and family policy;
+ * `spec`/`status` merged over the defaults.
+ */
+export function dualStackService(
+  name: string,
+  clusterIPs: string[],
+  ports: ApiPort[],
+  spec: object = {},
+  status?: object,
+) {
+  const base = service(name, clusterIPs[0]!, ports);
+  return {
+    ...base,
+    spec: {
+      ...base.spec,
+      clusterIPs,
+      ipFamilies: clusterIPs.map((ip) => (ip.includes(':') ? 'IPv6' : 'IPv4')),
+      ipFamilyPolicy: clusterIPs.length > 1 ? 'RequireDualStack' : 'SingleStack',
+      ports: ports.map((p) => ({ protocol: 'TCP', ...p })),
+      ...spec,
+    },
+    ...(status ? { status } : {}),
+  };
+}
+
 export function slice(
   serviceName: string,
   name: string,
