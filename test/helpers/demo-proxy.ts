@@ -2,18 +2,17 @@
 // and UDP echo on 127.0.0.11 and 127.0.0.12, on a free port instead of 8080/5353), optionally with many
 // generated service ports, served by the real proxy process (the bin, --no-iptables) with its metrics
 // server on a free loopback port.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import dgram from 'node:dgram';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import type net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import { toYaml } from './manifests.ts';
-import { freePort } from './proxy-process.ts';
+import { freePort, spawnNode } from './proxy-process.ts';
 import { waitFor } from './servers.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/kube-userspace-proxy.js', import.meta.url));
@@ -161,24 +160,7 @@ export async function startDemoProxy(options: DemoProxyOptions = {}): Promise<De
     '--workers=1',
     ...(options.extraArgs ?? []),
   ];
-  const child =
-    options.fdLimit === undefined
-      ? spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] })
-      : spawn('sh', ['-c', `ulimit -n ${options.fdLimit} && exec "$0" "$@"`, process.execPath, ...args], {
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
-  const lines: Record<string, unknown>[] = [];
-  let stderr = '';
-  child.stderr!.on('data', (d) => {
-    stderr = (stderr + String(d)).slice(-8192);
-  });
-  createInterface({ input: child.stdout! }).on('line', (line) => {
-    try {
-      lines.push(JSON.parse(line) as Record<string, unknown>);
-    } catch {
-      // Not a log line.
-    }
-  });
+  const { child, lines, stderr } = spawnNode(args, options.fdLimit);
   const metrics = `http://127.0.0.1:${metricsPort}`;
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) {
@@ -193,7 +175,7 @@ export async function startDemoProxy(options: DemoProxyOptions = {}): Promise<De
   try {
     await waitFor(
       async () => {
-        if (child.exitCode !== null) throw new Error(`the proxy exited (${child.exitCode}): ${stderr}`);
+        if (child.exitCode !== null) throw new Error(`the proxy exited (${child.exitCode}): ${stderr()}`);
         try {
           const list = (await (await fetch(`${metrics}/debug/services`)).json()) as {
             service: string;
@@ -213,7 +195,7 @@ export async function startDemoProxy(options: DemoProxyOptions = {}): Promise<De
     );
   } catch (err) {
     await stop();
-    throw new Error(`${(err as Error).message}; stderr: ${stderr}`);
+    throw new Error(`${(err as Error).message}; stderr: ${stderr()}`);
   }
   return { metrics, proxyPorts, child, lines, stop };
 }

@@ -14,6 +14,35 @@ import { type TestServer, tcpServer, waitFor } from './servers.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/kube-userspace-proxy.js', import.meta.url));
 
+/**
+ * Node running `args` (under `ulimit -n fdLimit` when given), its JSON log lines as they come and the
+ * last 8 KiB of its stderr.
+ */
+export function spawnNode(
+  args: string[],
+  fdLimit?: number,
+): { child: ChildProcess; lines: Record<string, unknown>[]; stderr(): string } {
+  const child =
+    fdLimit === undefined
+      ? spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn('sh', ['-c', `ulimit -n ${fdLimit} && exec "$0" "$@"`, process.execPath, ...args], {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+  const lines: Record<string, unknown>[] = [];
+  let stderr = '';
+  child.stderr!.on('data', (d) => {
+    stderr = (stderr + String(d)).slice(-8192);
+  });
+  createInterface({ input: child.stdout! }).on('line', (line) => {
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      // Not a log line.
+    }
+  });
+  return { child, lines, stderr: () => stderr };
+}
+
 /** A port that was free on 127.0.0.1 a moment ago. */
 export async function freePort(): Promise<number> {
   const server = net.createServer();
@@ -108,24 +137,7 @@ async function startOnce(options: ProxyProcessOptions): Promise<ProxyProcess> {
     ...(options.fdLimit === undefined ? [] : ['--workers=1']),
     ...(options.extraArgs ?? []),
   ];
-  const child =
-    options.fdLimit === undefined
-      ? spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] })
-      : spawn('sh', ['-c', `ulimit -n ${options.fdLimit} && exec "$0" "$@"`, process.execPath, ...args], {
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
-  const lines: Record<string, unknown>[] = [];
-  let stderr = '';
-  child.stderr!.on('data', (d) => {
-    stderr = (stderr + String(d)).slice(-8192);
-  });
-  createInterface({ input: child.stdout! }).on('line', (line) => {
-    try {
-      lines.push(JSON.parse(line) as Record<string, unknown>);
-    } catch {
-      // Not a log line.
-    }
-  });
+  const { child, lines, stderr } = spawnNode(args, options.fdLimit);
   const alive = () => child.exitCode === null && child.signalCode === null;
   const stop = async () => {
     if (alive()) {
@@ -144,7 +156,7 @@ async function startOnce(options: ProxyProcessOptions): Promise<ProxyProcess> {
           const listen = lines.some(
             (l) => (l.err as { code?: string } | undefined)?.code === 'KUP_ERR_LISTEN',
           );
-          throw new (listen ? PortTaken : Error)(`the proxy exited (${child.exitCode}): ${stderr}`);
+          throw new (listen ? PortTaken : Error)(`the proxy exited (${child.exitCode}): ${stderr()}`);
         }
         // The health check node port is the service health server's: one it could not bind is logged.
         if (lines.some((l) => /EADDRINUSE/.test(JSON.stringify(l)))) throw new PortTaken('a port was taken');
@@ -160,7 +172,7 @@ async function startOnce(options: ProxyProcessOptions): Promise<ProxyProcess> {
       child,
       ports: { health, metrics, healthCheck, proxy },
       lines,
-      stderr: () => stderr,
+      stderr,
       alive,
       openFds: async () => (await readdir(`/proc/${child.pid}/fd`)).length,
       stop,
@@ -169,7 +181,7 @@ async function startOnce(options: ProxyProcessOptions): Promise<ProxyProcess> {
     await stop();
     if (err instanceof PortTaken) throw err;
     const last = lines.slice(-5).map((l) => JSON.stringify(l));
-    throw new Error(`${(err as Error).message}; stderr: ${stderr}; last log lines: ${last.join('\n')}`);
+    throw new Error(`${(err as Error).message}; stderr: ${stderr()}; last log lines: ${last.join('\n')}`);
   }
 }
 
