@@ -3,19 +3,18 @@
 // from both; an endpoint change reaches the worker; ClientIP affinity holds whichever process accepts;
 // a killed worker is replaced while the main process's connections go on; SIGTERM drains both.
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { IDS_PER_PROCESS } from '../../src/relay/connection-id.ts';
 import type { DebugServicePort } from '../../src/server/debug.ts';
 import type { ConnectionListing } from '../../src/trace/connection-table.ts';
 import { service, slice, toYaml } from '../helpers/manifests.ts';
-import { freePort } from '../helpers/proxy-process.ts';
+import { freePort, spawnNode } from '../helpers/proxy-process.ts';
 import { waitFor } from '../helpers/servers.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/kube-userspace-proxy.js', import.meta.url));
@@ -55,34 +54,20 @@ async function startProxy(t: After, objects: unknown[], extraArgs: string[] = []
   };
   await write(objects);
   const metricsPort = await freePort();
-  const child = spawn(
-    process.execPath,
-    [
-      BIN,
-      '--manifest',
-      file,
-      '--no-iptables',
-      '--workers=2',
-      '--state-file=',
-      '--hostname-override=node-1',
-      '--bind-address=0.0.0.0',
-      '--healthz-bind-address=',
-      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-      '--shutdown-grace-period=20s',
-      ...extraArgs,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  const lines: Record<string, unknown>[] = [];
-  let stderr = '';
-  child.stderr!.on('data', (d) => (stderr = (stderr + String(d)).slice(-4096)));
-  createInterface({ input: child.stdout! }).on('line', (line) => {
-    try {
-      lines.push(JSON.parse(line) as Record<string, unknown>);
-    } catch {
-      // Not a log line.
-    }
-  });
+  const { child, lines } = spawnNode([
+    BIN,
+    '--manifest',
+    file,
+    '--no-iptables',
+    '--workers=2',
+    '--state-file=',
+    '--hostname-override=node-1',
+    '--bind-address=0.0.0.0',
+    '--healthz-bind-address=',
+    `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+    '--shutdown-grace-period=20s',
+    ...extraArgs,
+  ]);
   t.after(() => {
     child.kill('SIGKILL');
     for (const l of lines)
