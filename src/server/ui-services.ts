@@ -6,6 +6,7 @@ import type { ProxyError } from '../lib/errors.ts';
 import type { ServicePortStatus } from '../proxier/proxier.ts';
 import type { Endpoint } from '../state/endpoint.ts';
 import { parseServicePortKey, type ServicePortKey } from '../state/service-port.ts';
+import type { DebugServicePort } from './debug.ts';
 import type { RateHistory, RateSeries } from './rate-history.ts';
 
 export const SERVICE_SORTS = ['name', 'active', 'rate', 'failures'] as const;
@@ -53,14 +54,8 @@ export type UiServicePort = {
   /** The PROXY protocol header its TCP connections send their endpoints, when they send one. */
   proxyProtocol?: 'v1' | 'v2';
   endpointCounts: { total: number; ready: number; terminating: number; ejected: number; loop: number };
-  connections: {
-    accepted: number;
-    active: number;
-    noEndpoints: number;
-    connectFailed: number;
-    connectFailures: Record<string, number>;
-    rejected: Record<string, number>;
-  };
+  /** /debug/services' counters, and the connections turned away by reason. */
+  connections: DebugServicePort['connections'] & { rejected: Record<string, number> };
   /** The newest rates: connections/s, bytes/s from and to clients, no-endpoint closes/s. */
   rates: number[];
   /** Connections/s over the window (aligned with the body's `times`); null when idle the whole window. */
