@@ -45,8 +45,19 @@ test('round robin across endpoints per client ip:port session', async (t) => {
     servers.map((s) => ep(s.host, s.port)),
   );
   const seen = new Map<string, number>();
+  // Every client socket stays open until the end: a closed one's port could come back for a later
+  // client, which would then be the same ip:port session (a flake seen once in CI).
+  const clients: dgram.Socket[] = [];
+  t.after(() => {
+    for (const c of clients) c.close();
+  });
   for (let i = 0; i < 30; i++) {
-    const who = (await udpRequest(listener.port, 'q')).toString();
+    const client = dgram.createSocket('udp4');
+    clients.push(client);
+    const who = await new Promise<string>((resolve) => {
+      client.once('message', (msg) => resolve(msg.toString()));
+      client.send('q', listener.port, '127.0.0.1');
+    });
     seen.set(who, (seen.get(who) ?? 0) + 1);
   }
   assert.deepEqual([...seen.values()], [10, 10, 10]);
