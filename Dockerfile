@@ -1,10 +1,17 @@
 # kube-userspace-proxy image: Node 24 on Debian slim with iptables (nft and legacy backends), conntrack and
 # iproute2. Build: docker build -t kube-userspace-proxy .   Deploy: deploy/kube-userspace-proxy.yaml.
 
-# Build stage: dev dependencies, compile src/ to dist/, then a production-only node_modules.
+# Build stage: dev dependencies, compile src/ to dist/ and native/ to build/native/, then a production-only
+# node_modules.
 FROM node:24-trixie-slim AS build
+# A C compiler for native/tcp_fin.c (the endpoint's FIN with its last bytes, src/relay/tcp-fin.ts).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /build
 COPY package.json package-lock.json ./
+COPY scripts/build-native.ts ./scripts/
+COPY native ./native
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
@@ -23,6 +30,7 @@ WORKDIR /usr/local/lib/node_modules/kube-userspace-proxy
 COPY --from=build /build/package.json ./
 COPY --from=build /build/node_modules ./node_modules
 COPY --from=build /build/dist ./dist
+COPY --from=build /build/build/native ./build/native
 COPY bin ./bin
 COPY ui ./ui
 RUN ln -s /usr/local/lib/node_modules/kube-userspace-proxy/bin/kube-userspace-proxy.js /usr/local/bin/kube-userspace-proxy \

@@ -30,6 +30,7 @@ import { resolveStateFile, StateFile } from './proxier/state-file.ts';
 import { lockStateFile, type StateFileLock } from './proxier/state-file-lock.ts';
 import { SyncLoop } from './proxier/sync-loop.ts';
 import type { ServicePortStats } from './relay/service-context.ts';
+import { processTcpFin } from './relay/tcp-fin.ts';
 import { debugRoutes } from './server/debug.ts';
 import { healthRoutes } from './server/health-routes.ts';
 import type { HttpServer, Route } from './server/http.ts';
@@ -361,6 +362,12 @@ export class ProxyServer {
       },
       'File descriptor limit',
     );
+    const tcpFin = processTcpFin();
+    if (tcpFin.error !== undefined)
+      this.log.warn(
+        { reason: tcpFin.error },
+        "An endpoint's FIN follows its last bytes a loop turn late: clients that close on the answer keep the TIME_WAIT",
+      );
     const caps = readEffectiveCapabilities();
     if (this.#needsNetAdmin && caps !== undefined && !hasCapability(caps, CAP_NET_ADMIN))
       throw new ProxyError(

@@ -29,6 +29,7 @@ import { proxyProtocolHeader } from './proxy-protocol.ts';
 import type { ProxyProtocolSettings, ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
 import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
+import { endFollows, finNow, processTcpFin, socketFd, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
 
 /** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
 export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
@@ -87,6 +88,11 @@ export type TcpRelayDeps = {
   ownTraffic?: OwnTraffic;
   /** Each ejection this process decides (endpoint-failure.ts). */
   onEjection?: EjectionListener;
+  /**
+   * The calls that send the endpoint's FIN with its last bytes (tcp-fin.ts); default: the process's
+   * addon when it is built. null: without (FIN when Node reads the EOF, a loop turn or two later).
+   */
+  tcpFin?: TcpFinCalls | null;
 };
 
 /** How often a listener may log that its connection cap (or a loop) turned connections away. */
@@ -150,6 +156,11 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   stallSinceMs = 0;
   /** Bytes read from both sides at that sweep. */
   stallMark = 0;
+  /** The sockets' descriptors, for the FIN with the last bytes (tcp-fin.ts); -1 without the addon. */
+  clientFd = -1;
+  upstreamFd = -1;
+  /** Our FIN to the client went out with the endpoint's last bytes. */
+  clientFinSent = false;
 
   constructor(listener: TcpListener, client: net.Socket, now: number) {
     this.listener = listener;
@@ -303,6 +314,10 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
       upstream.cork();
       upstream.write(this.#proxyHeader(pp));
       setImmediate(uncorkNextTurn, upstream);
+    }
+    if (this.listener.tcpFin !== undefined) {
+      this.clientFd = socketFd(client);
+      this.upstreamFd = socketFd(upstream);
     }
     const idle = this.listener.options.idleTimeoutMs;
     upstream.setTimeout(idle);
@@ -540,6 +555,10 @@ function onUpstreamEnd(this: net.Socket): void {
   const conn = connOf(this);
   if (conn === undefined || conn.upstream !== this) return;
   conn.upstreamEnded = true;
+  // The FIN now rather than after the poll batch, as libuv's shutdown would (tcp-fin.ts); a client that
+  // sent its own gets close() at once from passFin.
+  const fin = conn.listener.tcpFin;
+  if (fin !== undefined && !conn.clientFinSent && !conn.clientEnded) finNow(fin, conn.client, conn.clientFd);
   passFin(conn.client, conn.clientEnded);
   conn.halfClosed('endpoint-fin');
 }
@@ -588,7 +607,13 @@ function onClientData(this: net.Socket, chunk: Buffer): void {
 function onUpstreamData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
   if (conn === undefined || conn.upstream !== this) return;
-  const flowing = conn.client.write(chunk);
+  const fin = conn.listener.tcpFin;
+  let flowing: boolean;
+  if (fin !== undefined && endFollows(fin, conn.upstreamFd, chunk)) {
+    // The endpoint's FIN is next: it leaves with these bytes, so the client is not the one to close.
+    flowing = writeWithFin(fin, conn.client, conn.clientFd, chunk);
+    conn.clientFinSent = true;
+  } else flowing = conn.client.write(chunk);
   if (conn.sniffing) conn.sniffing = conn.sniffEndpoint(chunk);
   if (!flowing) this.pause();
 }
@@ -612,6 +637,7 @@ export class TcpListener implements KeepAliveSource, Sweepable {
   readonly fdPressure: FdPressure;
   readonly onEjection: EjectionListener | undefined;
   readonly ownTraffic: OwnTraffic;
+  readonly tcpFin: TcpFinCalls | undefined;
   readonly connections = new Set<TcpConnection>();
   /** Waiters for the last connection to end (drained()); undefined while nobody waits. */
   #drained: PromiseWithResolvers<void> | undefined;
@@ -640,6 +666,7 @@ export class TcpListener implements KeepAliveSource, Sweepable {
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
     this.onEjection = deps.onEjection;
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
+    this.tcpFin = deps.tcpFin === null ? undefined : (deps.tcpFin ?? processTcpFin().calls);
     this.#sweeper = deps.sweeper ?? processSweeper;
     (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);
     this.server = net.createServer(

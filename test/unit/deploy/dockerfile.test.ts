@@ -83,7 +83,7 @@ test('COPY sources from the context exist and are not .dockerignored', () => {
   assert.ok(ignored('node_modules') && ignored('dist') && ignored('.git'), 'the context stays small');
 });
 
-test('the runtime copies package.json, a production node_modules and dist/ from the build stage', () => {
+test('the runtime copies package.json, a production node_modules, dist/ and the native addon from the build stage', () => {
   const build = stageNames.indexOf('build');
   assert.ok(build >= 0 && build < last);
   const buildDir = workdir(build)!;
@@ -100,10 +100,15 @@ test('the runtime copies package.json, a production node_modules and dist/ from 
     .filter((c) => c.flags['from'] === 'build')
     .map((c) => c.args.split(/\s+/)[0]);
   assert.deepEqual(fromBuild.sort(), [
+    `${buildDir}/build/native`,
     `${buildDir}/${tsconfig.compilerOptions.outDir}`,
     `${buildDir}/node_modules`,
     `${buildDir}/package.json`,
   ]);
+  // native/tcp_fin.c needs a C compiler, and its sources must be there when npm ci's prepare builds it.
+  assert.match(buildRuns, /apt-get install [^&]*\bgcc\b/);
+  const sources = inStage(build, 'COPY').map((c) => c.args.split(/\s+/)[0]);
+  assert.ok(sources.includes('native') && sources.includes('scripts/build-native.ts'), sources.join(' '));
 });
 
 test('the runtime has iptables, conntrack and iproute2, the iptables wrapper, and runs as root', () => {

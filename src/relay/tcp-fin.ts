@@ -1,0 +1,98 @@
+// The endpoint's FIN in the same segment as its last bytes. An endpoint that answers and closes (HTTP
+// `Connection: close`, HTTP/1.0, most request-response protocols) usually has its FIN queued right behind
+// its last bytes. Node reads that EOF a loop turn after the data, and end() runs shutdown(2) only after
+// the next poll batch, so the client gets the data alone, reads it and closes first: the client pod holds
+// the TIME_WAIT and, past a few hundred short connections a second to one Service, runs out of ports
+// (issue 14; docs/performance-findings.md). HAProxy passes data and FIN on as one segment.
+//
+// JavaScript has no peek, no TCP_CORK and no synchronous shutdown: native/tcp_fin.c (built by
+// `npm run build` into build/native/tcp_fin.node) has those three calls. Without it the relay works as
+// before, its FIN later. KUP_TCP_FIN=off turns it off (the benchmark compares both).
+import { createRequire } from 'node:module';
+import type net from 'node:net';
+import path from 'node:path';
+
+/** native/tcp_fin.c: each takes a descriptor libuv owns and returns 0 / 1, or -errno. */
+export interface TcpFinCalls {
+  /** 1 when the next read returns end of stream (the peer's FIN is queued and no byte before it). */
+  peekEnd(fd: number): number;
+  /** shutdown(SHUT_WR) now. */
+  shutdownWrite(fd: number): number;
+  /** TCP_CORK on or off. */
+  setCork(fd: number, on: number): number;
+}
+
+export type TcpFinSupport = { calls: TcpFinCalls; error?: undefined } | { calls?: undefined; error: string };
+
+/** A read that filled Node's whole buffer (64 KiB): more is waiting, so no FIN can be next. */
+const FULL_READ = 65_536;
+
+/** Loads the addon once per process; the error says why it is not there. */
+export function loadTcpFin(env: NodeJS.ProcessEnv = process.env): TcpFinSupport {
+  if (env.KUP_TCP_FIN === 'off') return { error: 'turned off (KUP_TCP_FIN=off)' };
+  if (process.platform !== 'linux') return { error: `not built for ${process.platform}` };
+  // src/relay/ and dist/relay/ are both two levels below the package root.
+  const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'tcp_fin.node');
+  try {
+    const calls = createRequire(import.meta.url)(file) as TcpFinCalls;
+    if (typeof calls.peekEnd !== 'function' || typeof calls.shutdownWrite !== 'function')
+      return { error: `${file} is not the tcp_fin addon` };
+    return { calls };
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return {
+      error:
+        code === 'MODULE_NOT_FOUND' || code === 'ERR_DLOPEN_FAILED'
+          ? `${file} not built (npm run build; needs a C compiler): ${(err as Error).message.split('\n')[0]}`
+          : `${file}: ${(err as Error).message}`,
+    };
+  }
+}
+
+let processSupport: TcpFinSupport | undefined;
+/** The process's addon (loaded on first use). */
+export function processTcpFin(): TcpFinSupport {
+  processSupport ??= loadTcpFin();
+  return processSupport;
+}
+
+/** A socket's descriptor, or -1 (not open, or not a libuv TCP handle). */
+export function socketFd(socket: net.Socket): number {
+  const handle = (socket as net.Socket & { _handle?: { fd?: number } | null })._handle;
+  const fd = handle?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : -1;
+}
+
+/**
+ * Whether `chunk`, just read from `fromFd`, is the last thing before the peer's FIN: a read that did not
+ * fill the buffer drained the socket, so a FIN already there is next.
+ */
+export function endFollows(calls: TcpFinCalls, fromFd: number, chunk: Buffer): boolean {
+  return chunk.length < FULL_READ && fromFd >= 0 && calls.peekEnd(fromFd) === 1;
+}
+
+/**
+ * Writes `chunk` and the FIN after it on `to`, in one segment when nothing of ours waits in Node or libuv
+ * (cork, write, shutdown, uncork); otherwise end() after it, so the FIN follows the queue. Node's own
+ * end() comes later, when the EOF is read: a second shutdown of a socket is a no-op. Returns write()'s
+ * answer.
+ */
+export function writeWithFin(calls: TcpFinCalls, to: net.Socket, toFd: number, chunk: Buffer): boolean {
+  if (toFd < 0 || to.writableLength !== 0) {
+    const flowing = to.write(chunk);
+    to.end();
+    return flowing;
+  }
+  calls.setCork(toFd, 1);
+  const flowing = to.write(chunk);
+  // A write the kernel took whole completes synchronously: Node's count is back to 0.
+  if (to.writableLength === 0) calls.shutdownWrite(toFd);
+  else to.end();
+  calls.setCork(toFd, 0);
+  return flowing;
+}
+
+/** Sends FIN on `to` now when nothing of ours waits to be written (libuv would wait for the poll batch). */
+export function finNow(calls: TcpFinCalls, to: net.Socket, toFd: number): void {
+  if (toFd >= 0 && to.writableLength === 0) calls.shutdownWrite(toFd);
+}
