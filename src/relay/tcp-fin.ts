@@ -64,11 +64,14 @@ export function socketFd(socket: net.Socket): number {
 }
 
 /**
- * Whether `chunk`, just read from `fromFd`, is the last thing before the peer's FIN: a read that did not
- * fill the buffer drained the socket, so a FIN already there is next.
+ * Whether `chunk`, just read from `from`, is the last thing before the peer's FIN: a read that did not
+ * fill the buffer drained the socket, so a FIN already there is next. Descriptors are read at each use,
+ * never kept: a destroyed socket's number may already belong to another connection.
  */
-export function endFollows(calls: TcpFinCalls, fromFd: number, chunk: Buffer): boolean {
-  return chunk.length < FULL_READ && fromFd >= 0 && calls.peekEnd(fromFd) === 1;
+export function endFollows(calls: TcpFinCalls, from: net.Socket, chunk: Buffer): boolean {
+  if (chunk.length >= FULL_READ) return false;
+  const fd = socketFd(from);
+  return fd >= 0 && calls.peekEnd(fd) === 1;
 }
 
 /**
@@ -77,22 +80,25 @@ export function endFollows(calls: TcpFinCalls, fromFd: number, chunk: Buffer): b
  * end() comes later, when the EOF is read: a second shutdown of a socket is a no-op. Returns write()'s
  * answer.
  */
-export function writeWithFin(calls: TcpFinCalls, to: net.Socket, toFd: number, chunk: Buffer): boolean {
-  if (toFd < 0 || to.writableLength !== 0) {
+export function writeWithFin(calls: TcpFinCalls, to: net.Socket, chunk: Buffer): boolean {
+  const fd = to.writableLength === 0 ? socketFd(to) : -1;
+  if (fd < 0) {
     const flowing = to.write(chunk);
     to.end();
     return flowing;
   }
-  calls.setCork(toFd, 1);
+  calls.setCork(fd, 1);
   const flowing = to.write(chunk);
   // A write the kernel took whole completes synchronously: Node's count is back to 0.
-  if (to.writableLength === 0) calls.shutdownWrite(toFd);
+  if (to.writableLength === 0) calls.shutdownWrite(fd);
   else to.end();
-  calls.setCork(toFd, 0);
+  calls.setCork(fd, 0);
   return flowing;
 }
 
 /** Sends FIN on `to` now when nothing of ours waits to be written (libuv would wait for the poll batch). */
-export function finNow(calls: TcpFinCalls, to: net.Socket, toFd: number): void {
-  if (toFd >= 0 && to.writableLength === 0) calls.shutdownWrite(toFd);
+export function finNow(calls: TcpFinCalls, to: net.Socket): void {
+  if (to.writableLength !== 0) return;
+  const fd = socketFd(to);
+  if (fd >= 0) calls.shutdownWrite(fd);
 }

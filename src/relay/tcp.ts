@@ -29,7 +29,7 @@ import { proxyProtocolHeader } from './proxy-protocol.ts';
 import type { ProxyProtocolSettings, ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
 import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
-import { endFollows, finNow, processTcpFin, socketFd, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
+import { endFollows, finNow, processTcpFin, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
 
 /** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
 export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
@@ -156,9 +156,6 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   stallSinceMs = 0;
   /** Bytes read from both sides at that sweep. */
   stallMark = 0;
-  /** The sockets' descriptors, for the FIN with the last bytes (tcp-fin.ts); -1 without the addon. */
-  clientFd = -1;
-  upstreamFd = -1;
   /** Our FIN to the client went out with the endpoint's last bytes. */
   clientFinSent = false;
 
@@ -314,10 +311,6 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
       upstream.cork();
       upstream.write(this.#proxyHeader(pp));
       setImmediate(uncorkNextTurn, upstream);
-    }
-    if (this.listener.tcpFin !== undefined) {
-      this.clientFd = socketFd(client);
-      this.upstreamFd = socketFd(upstream);
     }
     const idle = this.listener.options.idleTimeoutMs;
     upstream.setTimeout(idle);
@@ -558,7 +551,7 @@ function onUpstreamEnd(this: net.Socket): void {
   // The FIN now rather than after the poll batch, as libuv's shutdown would (tcp-fin.ts); a client that
   // sent its own gets close() at once from passFin.
   const fin = conn.listener.tcpFin;
-  if (fin !== undefined && !conn.clientFinSent && !conn.clientEnded) finNow(fin, conn.client, conn.clientFd);
+  if (fin !== undefined && !conn.clientFinSent && !conn.clientEnded) finNow(fin, conn.client);
   passFin(conn.client, conn.clientEnded);
   conn.halfClosed('endpoint-fin');
 }
@@ -609,9 +602,9 @@ function onUpstreamData(this: net.Socket, chunk: Buffer): void {
   if (conn === undefined || conn.upstream !== this) return;
   const fin = conn.listener.tcpFin;
   let flowing: boolean;
-  if (fin !== undefined && endFollows(fin, conn.upstreamFd, chunk)) {
+  if (fin !== undefined && endFollows(fin, this, chunk)) {
     // The endpoint's FIN is next: it leaves with these bytes, so the client is not the one to close.
-    flowing = writeWithFin(fin, conn.client, conn.clientFd, chunk);
+    flowing = writeWithFin(fin, conn.client, chunk);
     conn.clientFinSent = true;
   } else flowing = conn.client.write(chunk);
   if (conn.sniffing) conn.sniffing = conn.sniffEndpoint(chunk);
