@@ -58,11 +58,14 @@ export function scaleSlice(i: number, ips: readonly string[], triggerTime?: Date
   );
 }
 
-/** The scale measure's objects: svc-1..svc-n with both pods (svc-1: only `endpointOf1`), and the Node. */
+/** Every scale Service's endpoints but svc-1's: both pods at each of their addresses (five). */
+export const SCALE_ENDPOINTS: readonly string[] = [...NET.backends, ...NET.secondaryIPs.flat()];
+
+/** The scale measure's objects: svc-1..svc-n with SCALE_ENDPOINTS (svc-1: only `endpointOf1`), and the Node. */
 export function scaleObjects(n: number, endpointOf1: string): ApiObject[] {
   const out: ApiObject[] = [makeNode(SCALE_NODE)];
   for (let i = 1; i <= n; i++) {
-    out.push(scaleService(i), scaleSlice(i, i === 1 ? [endpointOf1] : NET.backends));
+    out.push(scaleService(i), scaleSlice(i, i === 1 ? [endpointOf1] : SCALE_ENDPOINTS));
   }
   return out;
 }

@@ -6,6 +6,11 @@ import { NGINX_STREAM_MODULE } from './tools.ts';
 export const NET = {
   client: '10.244.0.10',
   backends: ['10.244.0.11', '10.244.0.12'] as const,
+  /**
+   * Second addresses of the backend pods (pod1: .21 and .23, pod2: .22), where their nginx answers too:
+   * the scale measure's Services have five endpoints each (10,000 Services, 50,000 endpoints), all real.
+   */
+  secondaryIPs: [['10.244.0.21', '10.244.0.23'], ['10.244.0.22']] as const,
   nodeIP: '192.168.50.2',
   node2IP: '10.244.0.2',
   /** node3 runs `proxy-w1` (only with --workers-compare); the client routes 10.98.0.0/16 to it. */
@@ -56,7 +61,12 @@ ${ips.map((ip) => `  - { addresses: [${ip}], conditions: { ready: true } }`).joi
 }
 
 /** An HTTP backend: one worker, `return 200 "podN\n"`, no access log, long keep-alive. */
-export function backendNginxConf(dir: string, name: string, ip: string): string {
+export function backendNginxConf(
+  dir: string,
+  name: string,
+  ip: string,
+  more: readonly string[] = [],
+): string {
   return `daemon off;
 master_process on;
 worker_processes 1;
@@ -75,7 +85,7 @@ http {
   keepalive_timeout 600s;
   keepalive_requests 100000000;
   server {
-    listen ${ip}:${NET.httpPort} backlog=4096;
+    listen ${ip}:${NET.httpPort} backlog=4096;${more.map((a) => `\n    listen ${a}:${NET.httpPort} backlog=4096;`).join('')}
     location / { return 200 "${name}\\n"; }
   }
 }

@@ -485,7 +485,7 @@ const scale: Measure = {
       const base = await rig.startProxy('scale', rig.node, master, args, 1);
       await sleep(1000);
       await rig.collectGarbage('scale');
-      const rssBase = rssOf([base.daemon.pid]);
+      const rssBase = rssOf(base.daemon.pids());
       await base.daemon.stop();
       options.log(`  scale: RSS with 1 service port ${rssBase} KiB (API stand-in, list+watch)`);
 
@@ -503,10 +503,10 @@ const scale: Measure = {
         await sleep(50);
         const started = await rig.startProxy('scale', rig.node, master, args, n, 250);
         const s = await served;
-        const cpuSecs = cpuOf([started.daemon.pid]) / CLK_TCK;
+        const cpuSecs = cpuOf(started.daemon.pids()) / CLK_TCK;
         await sleep(1000);
         const heap = await rig.collectGarbage('scale');
-        const rss = rssOf([started.daemon.pid]);
+        const rss = rssOf(started.daemon.pids());
         const listed = (started.listedAt - started.spawnedAt) / 1000;
         const answered = s.ok ? (s.t - started.spawnedAt) / 1000 : Number.NaN;
         push(
@@ -593,9 +593,9 @@ const scale: Measure = {
       await rig.stopApiServer();
     }
     notes.push(
-      `${n} Services with one TCP port each (2 endpoints), served by the Kubernetes API stand-in (test/helpers/fake-apiserver.ts) on the node namespace's 127.0.0.1; the CLI runs with --master http://127.0.0.1:PORT (no kubeconfig) and lists (pages of 500) then watches Services, EndpointSlices and its Node; --proxy-port-range 20000-30999; other flags default (--iptables-min-sync-period 1s)`,
+      `${n} Services with one TCP port each and 5 endpoints each (${n * 5} endpoints: both pods at each of their addresses), served by the Kubernetes API stand-in (test/helpers/fake-apiserver.ts) on the node namespace's 127.0.0.1; the CLI runs with --master http://127.0.0.1:PORT (no kubeconfig) and lists (pages of 500) then watches Services, EndpointSlices and its Node; --proxy-port-range 20000-30999; other flags default (--iptables-min-sync-period 1s)`,
       'cold start: from spawning the CLI until /debug/services lists every port (polled every 250 ms) and until the client pod gets an answer from the last ClusterIP (a try every 20 ms, up to 15 overlapping, each ≤ 300 ms)',
-      'per service port: RSS with all ports open minus RSS of the same CLI fed the same way with one port, divided by the ports; both read after a full garbage collection (inspector)',
+      'per service port: RSS of the CLI (main process and its workers) with all ports open minus the same with one port, fed the same way, divided by the ports; both read after a full garbage collection of the main process (inspector); the workers are not collected',
       "service added: the EndpointSlice is written first, then the Service; from the moment the stand-in has written the Service's watch event until the client pod is answered through the new ClusterIP (a new connection every 1 ms, up to 250 overlapping, each ≤ 250 ms); proxySyncMs: the proxy's own sync time for it (kubeproxy_sync_proxy_rules_duration_seconds)",
       "endpoint change: svc-1's EndpointSlice rewritten with the other pod; from the moment the stand-in has written the watch event until the client pod is answered by the new pod (a new connection every 1 ms, up to 4 overlapping, each ≤ 300 ms); the slice carries endpoints.kubernetes.io/last-change-trigger-time, so the proxy's kubeproxy_network_programming_duration_seconds says when it applied the change (programmingMs)",
       'each change arrives at an idle proxy, 1.5 s after the one before (past --iptables-min-sync-period)',

@@ -461,7 +461,7 @@ export class Rig {
       const ip = NET.backends[i]!;
       const name = `pod${i + 1}`;
       const conf = join(this.dir, `${name}-nginx.conf`);
-      await writeFile(conf, backendNginxConf(this.dir, name, ip));
+      await writeFile(conf, backendNginxConf(this.dir, name, ip, NET.secondaryIPs[i] ?? []));
       this.#spawn(`${name}-nginx`, ns, 'nginx', [
         '-c',
         conf,
@@ -634,6 +634,8 @@ async function buildTopology(sb: Sandbox, withNode3: boolean): Promise<Topology>
     pods.push(ns);
   }
   const [client, ...backends] = pods;
+  for (const [i, ns] of backends.entries())
+    for (const ip of NET.secondaryIPs[i] ?? []) await sb.addAddress(ns, 'eth0', `${ip}/24`);
   await sb.exec(client!, 'ip', ['route', 'add', '10.97.0.0/16', 'via', NET.node2IP, 'dev', 'eth0']);
   if (withNode3)
     await sb.exec(client!, 'ip', ['route', 'add', '10.98.0.0/16', 'via', NET.node3IP, 'dev', 'eth0']);
