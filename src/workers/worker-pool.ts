@@ -18,8 +18,21 @@ const ENTRY = new URL(
   import.meta.url,
 );
 
+/**
+ * Node's flags for a worker: the main process's, plus --disable-sigusr1 (see ignore-sigusr1.ts); with
+ * KUP_INSPECTOR_SIGNAL=1, an inspector port of the kernel's choosing instead (the main one has 9229).
+ */
+export function workerExecArgv(execArgv: readonly string[], env: NodeJS.ProcessEnv): string[] {
+  const own = execArgv.filter((a) => a !== '--disable-sigusr1' && !a.startsWith('--inspect-port'));
+  return [...own, env.KUP_INSPECTOR_SIGNAL === '1' ? '--inspect-port=0' : '--disable-sigusr1'];
+}
+
 export const forkWorker: WorkerFork = () =>
-  fork(ENTRY, [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  fork(ENTRY, [], {
+    serialization: 'advanced',
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    execArgv: workerExecArgv(process.execArgv, process.env),
+  });
 
 export type WorkerPoolOptions = {
   /** Worker processes besides the main one. */

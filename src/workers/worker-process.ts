@@ -2,6 +2,7 @@
 // port of the main process with SO_REUSEPORT (the kernel spreads new connections and UDP clients over
 // the processes), keeps its own connections, balancers and trace table, and writes no rules, state file
 // or health. Started by WorkerPool with fork(); everything it knows comes over the IPC channel.
+import './ignore-sigusr1.ts';
 import { logLevel } from '../config/config.ts';
 import { createLogger, type Logger } from '../lib/log.ts';
 import { PortAllocator } from '../proxier/port-allocator.ts';

@@ -2,7 +2,7 @@
 // root for anyone on the host's loopback), SIGHUP drains like SIGTERM. Loopback only, --no-iptables.
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -44,7 +44,12 @@ async function slowBackend(
   return (server.address() as net.AddressInfo).port;
 }
 
-async function startProxy(t: TestContext, backendPort: number, env: NodeJS.ProcessEnv = {}): Promise<Proxy> {
+async function startProxy(
+  t: TestContext,
+  backendPort: number,
+  env: NodeJS.ProcessEnv = {},
+  extraArgs: readonly string[] = [],
+): Promise<Proxy> {
   const dir = await mkdtemp(join(tmpdir(), 'kup-signals-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const file = join(dir, 'm.yaml');
@@ -64,6 +69,7 @@ async function startProxy(t: TestContext, backendPort: number, env: NodeJS.Proce
     '--healthz-bind-address=',
     '--metrics-bind-address=',
     '--state-file=',
+    ...extraArgs,
   ];
   const child = spawn(process.execPath, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -128,6 +134,36 @@ test('SIGUSR1 does not open the inspector: the proxy logs it once and keeps serv
     .split('\n')
     .filter((l) => l.includes('Ignoring SIGUSR1'));
   assert.equal(ignored.length, 1, proxy.stdout());
+  proxy.child.kill('SIGTERM');
+  assert.deepEqual(await proxy.exited, { code: 0, signal: null });
+});
+
+/** The proxy's worker processes (its children), once `count` of them run; [] after 10 s. */
+async function workerPids(pid: number, count: number): Promise<number[]> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const children = (await readFile(`/proc/${pid}/task/${pid}/children`, 'utf8').catch(() => ''))
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number);
+    if (children.length >= count || Date.now() > deadline) return children;
+    await sleep(50);
+  }
+}
+
+test('SIGUSR1 to a worker process neither opens the inspector nor kills it; every process keeps serving', async (t) => {
+  const backend = await slowBackend(t, 0);
+  const proxy = await startProxy(t, backend, {}, ['--workers=3']);
+  const workers = await workerPids(proxy.child.pid!, 2);
+  assert.equal(workers.length, 2, `two workers besides the main process: ${workers.join(' ')}`);
+  for (const pid of workers) process.kill(pid, 'SIGUSR1');
+  await sleep(500);
+  assert.doesNotMatch(proxy.stderr(), INSPECTOR);
+  // Neither died (a worker killed by the signal would be replaced under another pid).
+  assert.deepEqual(await workerPids(proxy.child.pid!, 2), workers);
+  // Connections spread over the three processes (SO_REUSEPORT): all of them answer.
+  for (let i = 0; i < 12; i++) assert.equal(await exchange(proxy.proxyPort), 'pong');
   proxy.child.kill('SIGTERM');
   assert.deepEqual(await proxy.exited, { code: 0, signal: null });
 });

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { DEFAULT_CONFIG } from '../../../src/config/config.ts';
 import { silentLogger } from '../../../src/lib/log.ts';
 import type { ToWorker } from '../../../src/workers/messages.ts';
-import { WorkerPool } from '../../../src/workers/worker-pool.ts';
+import { WorkerPool, workerExecArgv } from '../../../src/workers/worker-pool.ts';
 
 /** A child process that records what it is sent and exits when told to. */
 class FakeChild extends EventEmitter {
@@ -77,4 +77,16 @@ test('a worker that dies is restarted with the table; the other is not touched; 
   await drained;
   await new Promise((r) => setTimeout(r, 50));
   assert.equal(children.length, 3, 'nothing restarted after the drain');
+});
+
+test('workers start with --disable-sigusr1, or an inspector port of their own with KUP_INSPECTOR_SIGNAL=1', () => {
+  assert.deepEqual(workerExecArgv(['--max-old-space-size=512'], {}), [
+    '--max-old-space-size=512',
+    '--disable-sigusr1',
+  ]);
+  // Not twice, and the main process's inspector port is not inherited (it holds 9229).
+  assert.deepEqual(workerExecArgv(['--disable-sigusr1', '--inspect-port=9229'], {}), ['--disable-sigusr1']);
+  assert.deepEqual(workerExecArgv(['--disable-sigusr1'], { KUP_INSPECTOR_SIGNAL: '1' }), [
+    '--inspect-port=0',
+  ]);
 });
