@@ -6,7 +6,7 @@ import { scaleIP, scaleService, scaleSlice } from './apiserver-agent.ts';
 import { type ClientSnapshot, readCounters, snapshot, timeWaitShare } from './client-sockets.ts';
 import { NET } from './configs.ts';
 import { cpuOf, cpuSnapshot, otherTicks, rssOf } from './processes.ts';
-import { PROXY_BIN, type Rig, type Target, type TargetName } from './rig.ts';
+import { PROXY_BIN, type ProxyTargetName, type Rig, type Target, type TargetName } from './rig.ts';
 import { median, parseDnsperf, parseIperf3, parseWrk } from './tools.ts';
 
 const CLK_TCK = 100;
@@ -408,7 +408,7 @@ const connMemory: Measure = {
       fields: { bytesPerConnection: 'bytes', open: 'connections open' },
       samples,
       notes: [
-        'RSS of the proxying process (nginx: master + workers) with the connections open minus before, divided by the open connections; freshly started processes each round; for the proxies, RSS is read after a full garbage collection (inspector, HeapProfiler.collectGarbage) both times',
+        'RSS of the proxying processes (nginx: master + workers; this proxy: the main process + its workers) with the connections open minus before, divided by the open connections; freshly started processes each round; for this proxy, RSS is read after a full garbage collection of every process (inspector, HeapProfiler.collectGarbage; a worker opens its inspector on a free port) both times',
       ],
     };
   },
@@ -426,13 +426,18 @@ const scale: Measure = {
     const [b1, b2] = NET.backends;
     const samples: Sample[] = [];
     const notes: string[] = [];
-    const args = ['--proxy-port-range', '20000-30999'];
+    const common = ['--proxy-port-range', '20000-30999'];
     const cleanup = async () => {
       const r = await rig.runIn(rig.node, process.execPath, [PROXY_BIN, '--cleanup'], 60_000);
       if (r.code !== 0) options.log(`  ! --cleanup exited with ${r.code}: ${r.stderr.slice(0, 300)}`);
     };
+    // The default workers, and with --workers-compare also `proxy-w1` (what each extra worker adds).
+    const w1 = rig.proxyArgsOf('proxy-w1');
+    const variants: [ProxyTargetName, string[]][] = [['proxy', common]];
+    if (w1 !== undefined) variants.push(['proxy-w1', [...common, ...w1]]);
+    let target: ProxyTargetName = 'proxy';
     const push = (values: Record<string, number>, round: number, error?: string) => {
-      const s: Sample = { target: 'proxy', round, values };
+      const s: Sample = { target, round, values };
       if (error) s.error = error;
       samples.push(s);
     };
@@ -479,114 +484,117 @@ const scale: Measure = {
     };
 
     try {
-      // The baseline: the same process with one service port, fed the same way.
-      await cleanup();
-      await load(1);
-      const base = await rig.startProxy('scale', rig.node, master, args, 1);
-      await sleep(1000);
-      await rig.collectGarbage('scale');
-      const rssBase = rssOf(base.daemon.pids());
-      await base.daemon.stop();
-      options.log(`  scale: RSS with 1 service port ${rssBase} KiB (API stand-in, list+watch)`);
-
-      const last = scaleIP(n);
-      for (let round = 0; round < Math.min(options.rounds, 3); round++) {
+      for (const [variant, args] of variants) {
+        target = variant;
+        // The baseline: the same process with one service port, fed the same way.
         await cleanup();
-        // Exactly the cold-start objects again (round 0's changes undone while no proxy watches).
-        await load(n);
-        // The client asks the last ClusterIP from before the start until it is answered.
-        const served = rig.clientProbe.request<Answered>(
-          'pollHttp',
-          { host: last, port: 80, intervalMs: 20, timeoutMs: 300, concurrent: 15, maxMs: 180_000 },
-          190_000,
-        );
-        await sleep(50);
-        const started = await rig.startProxy('scale', rig.node, master, args, n, 250);
-        const s = await served;
-        const cpuSecs = cpuOf(started.daemon.pids()) / CLK_TCK;
+        await load(1);
+        const base = await rig.startProxy('scale', rig.node, master, args, 1);
         await sleep(1000);
-        const heap = await rig.collectGarbage('scale');
-        const rss = rssOf(started.daemon.pids());
-        const listed = (started.listedAt - started.spawnedAt) / 1000;
-        const answered = s.ok ? (s.t - started.spawnedAt) / 1000 : Number.NaN;
-        push(
-          {
-            listedSeconds: listed,
-            servedSeconds: answered,
-            startCpuSeconds: cpuSecs,
-            bytesPerServicePort: ((rss - rssBase) * 1024) / n,
-            rssKiB: rss,
-            heapUsed: heap.heapUsed ?? Number.NaN,
-          },
-          round,
-          s.ok ? undefined : s.error,
-        );
-        options.log(
-          `  scale round ${round + 1}: ${n} listed after ${listed.toFixed(2)} s, last ClusterIP answered after ${answered.toFixed(2)} s, RSS ${rss} KiB (${(((rss - rssBase) * 1024) / n / 1024).toFixed(2)} KiB per service port), CPU ${cpuSecs.toFixed(1)} s`,
-        );
+        await rig.collectGarbage('scale');
+        const rssBase = rssOf(base.daemon.pids());
+        await base.daemon.stop();
+        options.log(`  scale ${target}: RSS with 1 service port ${rssBase} KiB (API stand-in, list+watch)`);
 
-        if (round === 0) {
-          // One change at a time, each arriving at an idle proxy (past --iptables-min-sync-period, 1 s).
-          for (let c = 0; c < options.changes; c++) {
-            await sleep(1500);
-            const i = n + 1 + c;
-            const before = await proxyTotals();
-            // Tries overlap (a new one every ms): SYNs to a ClusterIP not programmed yet are dropped.
-            const poll = rig.clientProbe.request<Answered>(
-              'pollHttp',
-              { host: scaleIP(i), port: 80, intervalMs: 1, timeoutMs: 250, concurrent: 250, maxMs: 60_000 },
-              70_000,
-            );
-            await sleep(20);
-            // The EndpointSlice first (applied without a sync), then the Service: the time is the Service's.
-            await upsert(scaleSlice(i, [b1, b2]));
-            const w = await upsert(scaleService(i));
-            const r = await poll;
-            const ms = r.ok ? r.t - w.t : Number.NaN;
-            const after = await proxyTotals();
-            const syncMs = after.syncMs - before.syncMs;
-            const syncs = after.syncs - before.syncs;
-            push({ serviceAddedMs: ms, proxySyncMs: syncMs, syncs }, c, r.ok ? w.error : r.error);
-            options.log(
-              `  scale: service ${i} added, served after ${ms} ms (${r.tries} tries; the proxy's sync took ${syncMs.toFixed(0)} ms, ${syncs} sync(s))${w.error ? ` ! ${w.error}` : ''}`,
-            );
+        const last = scaleIP(n);
+        for (let round = 0; round < Math.min(options.rounds, 3); round++) {
+          await cleanup();
+          // Exactly the cold-start objects again (round 0's changes undone while no proxy watches).
+          await load(n);
+          // The client asks the last ClusterIP from before the start until it is answered.
+          const served = rig.clientProbe.request<Answered>(
+            'pollHttp',
+            { host: last, port: 80, intervalMs: 20, timeoutMs: 300, concurrent: 15, maxMs: 180_000 },
+            190_000,
+          );
+          await sleep(50);
+          const started = await rig.startProxy('scale', rig.node, master, args, n, 250);
+          const s = await served;
+          const cpuSecs = cpuOf(started.daemon.pids()) / CLK_TCK;
+          await sleep(1000);
+          const heap = await rig.collectGarbage('scale');
+          const rss = rssOf(started.daemon.pids());
+          const listed = (started.listedAt - started.spawnedAt) / 1000;
+          const answered = s.ok ? (s.t - started.spawnedAt) / 1000 : Number.NaN;
+          push(
+            {
+              listedSeconds: listed,
+              servedSeconds: answered,
+              startCpuSeconds: cpuSecs,
+              bytesPerServicePort: ((rss - rssBase) * 1024) / n,
+              rssKiB: rss,
+              heapUsed: heap.heapUsed ?? Number.NaN,
+            },
+            round,
+            s.ok ? undefined : s.error,
+          );
+          options.log(
+            `  scale ${target} round ${round + 1}: ${n} listed after ${listed.toFixed(2)} s, last ClusterIP answered after ${answered.toFixed(2)} s, RSS ${rss} KiB (${(((rss - rssBase) * 1024) / n / 1024).toFixed(2)} KiB per service port), CPU ${cpuSecs.toFixed(1)} s`,
+          );
+
+          if (round === 0) {
+            // One change at a time, each arriving at an idle proxy (past --iptables-min-sync-period, 1 s).
+            for (let c = 0; c < options.changes; c++) {
+              await sleep(1500);
+              const i = n + 1 + c;
+              const before = await proxyTotals();
+              // Tries overlap (a new one every ms): SYNs to a ClusterIP not programmed yet are dropped.
+              const poll = rig.clientProbe.request<Answered>(
+                'pollHttp',
+                { host: scaleIP(i), port: 80, intervalMs: 1, timeoutMs: 250, concurrent: 250, maxMs: 60_000 },
+                70_000,
+              );
+              await sleep(20);
+              // The EndpointSlice first (applied without a sync), then the Service: the time is the Service's.
+              await upsert(scaleSlice(i, [b1, b2]));
+              const w = await upsert(scaleService(i));
+              const r = await poll;
+              const ms = r.ok ? r.t - w.t : Number.NaN;
+              const after = await proxyTotals();
+              const syncMs = after.syncMs - before.syncMs;
+              const syncs = after.syncs - before.syncs;
+              push({ serviceAddedMs: ms, proxySyncMs: syncMs, syncs }, c, r.ok ? w.error : r.error);
+              options.log(
+                `  scale ${target}: service ${i} added, served after ${ms} ms (${r.tries} tries; the proxy's sync took ${syncMs.toFixed(0)} ms, ${syncs} sync(s))${w.error ? ` ! ${w.error}` : ''}`,
+              );
+            }
+            for (let c = 0; c < options.changes; c++) {
+              await sleep(1500);
+              const to = c % 2 === 0 ? b2 : b1;
+              const name = c % 2 === 0 ? 'pod2' : 'pod1';
+              const before = await proxyTotals();
+              const poll = rig.clientProbe.request<Answered>(
+                'pollHttp',
+                {
+                  host: scaleIP(1),
+                  port: 80,
+                  match: `^${name}`,
+                  intervalMs: 1,
+                  timeoutMs: 300,
+                  concurrent: 4,
+                  maxMs: 60_000,
+                },
+                70_000,
+              );
+              await sleep(20);
+              // The trigger time (as the EndpointSlice controller sets it) lets the proxy say when it applied it.
+              const w = await upsert(scaleSlice(1, [to], new Date()));
+              const r = await poll;
+              const ms = r.ok ? r.t - w.t : Number.NaN;
+              const after = await proxyTotals();
+              const applied = after.programmingMs - before.programmingMs;
+              push(
+                { endpointChangedMs: ms, programmingMs: applied, syncs: after.syncs - before.syncs },
+                c,
+                r.ok ? w.error : r.error,
+              );
+              options.log(
+                `  scale ${target}: endpoint of svc-1 → ${name}, in effect after ${ms} ms (${r.tries} tries; applied by the proxy ${applied.toFixed(0)} ms after its trigger time, ${after.syncs - before.syncs} sync(s))${w.error ? ` ! ${w.error}` : ''}`,
+              );
+            }
           }
-          for (let c = 0; c < options.changes; c++) {
-            await sleep(1500);
-            const to = c % 2 === 0 ? b2 : b1;
-            const name = c % 2 === 0 ? 'pod2' : 'pod1';
-            const before = await proxyTotals();
-            const poll = rig.clientProbe.request<Answered>(
-              'pollHttp',
-              {
-                host: scaleIP(1),
-                port: 80,
-                match: `^${name}`,
-                intervalMs: 1,
-                timeoutMs: 300,
-                concurrent: 4,
-                maxMs: 60_000,
-              },
-              70_000,
-            );
-            await sleep(20);
-            // The trigger time (as the EndpointSlice controller sets it) lets the proxy say when it applied it.
-            const w = await upsert(scaleSlice(1, [to], new Date()));
-            const r = await poll;
-            const ms = r.ok ? r.t - w.t : Number.NaN;
-            const after = await proxyTotals();
-            const applied = after.programmingMs - before.programmingMs;
-            push(
-              { endpointChangedMs: ms, programmingMs: applied, syncs: after.syncs - before.syncs },
-              c,
-              r.ok ? w.error : r.error,
-            );
-            options.log(
-              `  scale: endpoint of svc-1 → ${name}, in effect after ${ms} ms (${r.tries} tries; applied by the proxy ${applied.toFixed(0)} ms after its trigger time, ${after.syncs - before.syncs} sync(s))${w.error ? ` ! ${w.error}` : ''}`,
-            );
-          }
+          await started.daemon.stop();
         }
-        await started.daemon.stop();
       }
       await cleanup();
     } finally {
@@ -595,7 +603,7 @@ const scale: Measure = {
     notes.push(
       `${n} Services with one TCP port each and 5 endpoints each (${n * 5} endpoints: both pods at each of their addresses), served by the Kubernetes API stand-in (test/helpers/fake-apiserver.ts) on the node namespace's 127.0.0.1; the CLI runs with --master http://127.0.0.1:PORT (no kubeconfig) and lists (pages of 500) then watches Services, EndpointSlices and its Node; --proxy-port-range 20000-30999; other flags default (--iptables-min-sync-period 1s)`,
       'cold start: from spawning the CLI until /debug/services lists every port (polled every 250 ms) and until the client pod gets an answer from the last ClusterIP (a try every 20 ms, up to 15 overlapping, each ≤ 300 ms)',
-      'per service port: RSS of the CLI (main process and its workers) with all ports open minus the same with one port, fed the same way, divided by the ports; both read after a full garbage collection of the main process (inspector); the workers are not collected',
+      'per service port: RSS of the CLI (main process and its workers) with all ports open minus the same with one port, fed the same way, divided by the ports; both read after a full garbage collection of every process (inspector; a worker opens its own on a free port)',
       "service added: the EndpointSlice is written first, then the Service; from the moment the stand-in has written the Service's watch event until the client pod is answered through the new ClusterIP (a new connection every 1 ms, up to 250 overlapping, each ≤ 250 ms); proxySyncMs: the proxy's own sync time for it (kubeproxy_sync_proxy_rules_duration_seconds)",
       "endpoint change: svc-1's EndpointSlice rewritten with the other pod; from the moment the stand-in has written the watch event until the client pod is answered by the new pod (a new connection every 1 ms, up to 4 overlapping, each ≤ 300 ms); the slice carries endpoints.kubernetes.io/last-change-trigger-time, so the proxy's kubeproxy_network_programming_duration_seconds says when it applied the change (programmingMs)",
       'each change arrives at an idle proxy, 1.5 s after the one before (past --iptables-min-sync-period)',

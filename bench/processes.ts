@@ -16,6 +16,8 @@ export class Daemon {
   readonly lines: string[] = [];
   /** pino lines at level warn (40) or above, for the report. */
   warnings = 0;
+  /** Inspector ports of its worker processes, by pid, once opened (Rig.collectGarbage). */
+  readonly inspectors = new Map<number, number>();
   /** Set once stop() was called: an exit after that is not a crash. */
   stopping = false;
   readonly exited: Promise<number | null>;
@@ -66,6 +68,16 @@ export class Daemon {
     const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
     await this.exited;
     clearTimeout(timer);
+  }
+
+  /** The inspector ports its processes announced ("Debugger listening on ws://127.0.0.1:PORT/…"). */
+  inspectorPorts(): number[] {
+    const out: number[] = [];
+    for (const line of this.lines) {
+      const m = /Debugger listening on ws:\/\/[^:]+:(\d+)\//.exec(line);
+      if (m) out.push(Number(m[1]));
+    }
+    return out;
   }
 
   tail(n = 20): string {

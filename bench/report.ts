@@ -397,15 +397,14 @@ export function renderMarkdown(res: Results): string {
 
   const sc = byName.get('scale');
   if (sc) {
-    const p = med.get('scale')?.get('proxy') ?? {};
-    const all = (key: string) =>
-      sc.samples
-        .map((s) => s.values[key])
-        .filter((v): v is number => v !== undefined)
-        .map((v) => fmt(v))
-        .join(', ');
+    // One column per proxy target measured (the default workers, and `--workers 1` with --workers-compare).
+    const targets = (['proxy', 'proxy-w1'] as const).filter((t) => med.get('scale')?.has(t));
+    const label = (t: string) => (t === 'proxy' ? 'proxy (default workers)' : 'proxy --workers 1');
     out.push(`## ${sc.title}`, '');
-    out.push('| measure | median | every sample |', '|---|---:|---|');
+    out.push(
+      `| measure | ${targets.map(label).join(' | ')} | every sample (${targets.join('; ')}) |`,
+      `|---|${targets.map(() => '---:|').join('')}---|`,
+    );
     // [label, key, unit]: a sample's value is divided by the unit (bytes and KiB read better larger).
     const rows: [string, string, number][] = [
       ['cold start: /debug/services lists every port, s', 'listedSeconds', 1],
@@ -416,17 +415,19 @@ export function renderMarkdown(res: Results): string {
       ['one service added: served after, ms', 'serviceAddedMs', 1],
       ['one endpoint change: in effect after, ms', 'endpointChangedMs', 1],
     ];
-    for (const [label, key, unit] of rows) {
-      const v = (p[key] ?? Number.NaN) / unit;
-      const samples =
-        unit === 1
-          ? all(key)
-          : sc.samples
-              .map((s) => s.values[key])
-              .filter((x): x is number => x !== undefined)
-              .map((x) => fmt(x / unit))
-              .join(', ');
-      out.push(`| ${label} | ${fmt(v)} | ${samples} |`);
+    for (const [name, key, unit] of rows) {
+      const medians = targets.map((t) => fmt((med.get('scale')?.get(t)?.[key] ?? Number.NaN) / unit));
+      const samples = targets
+        .map((t) =>
+          sc.samples
+            .filter((s) => s.target === t)
+            .map((s) => s.values[key])
+            .filter((x): x is number => x !== undefined)
+            .map((x) => fmt(x / unit))
+            .join(', '),
+        )
+        .join('; ');
+      out.push(`| ${name} | ${medians.join(' | ')} | ${samples} |`);
     }
     out.push('');
   }

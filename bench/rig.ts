@@ -7,6 +7,7 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { mkdtemp, rename, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { createRun, type RunResult } from '../src/netfilter/iptables.ts';
 import { createSandbox, type Sandbox } from '../test/helpers/netns.ts';
@@ -81,6 +82,11 @@ export class Rig {
   /** The agent in each namespace that has one (client, node, node2, node3). */
   readonly #probes: Map<string, Probe>;
   readonly #proxyArgs: Partial<Record<ProxyTargetName, readonly string[]>>;
+
+  /** The extra flags of a proxy target (RigOptions.proxyArgs); undefined when the target does not run. */
+  proxyArgsOf(target: ProxyTargetName): readonly string[] | undefined {
+    return target === 'proxy' ? (this.#proxyArgs.proxy ?? []) : this.#proxyArgs[target];
+  }
   /** Where each proxy target runs now (the layout decides for `proxy` and `proxy-notrace`). */
   readonly #proxyNs = new Map<string, string>();
   readonly daemons = new Map<string, Daemon>();
@@ -370,20 +376,44 @@ export class Rig {
 
   /**
    * For a proxy (a Node process): opens its inspector (SIGUSR1, 127.0.0.1:9229 in its namespace) and
-   * runs a full garbage collection, so RSS can be compared without garbage in it. Other daemons: no-op.
+   * runs a full garbage collection, so RSS can be compared without garbage in it; then the same in each
+   * worker process (--workers), whose inspector takes a port of the kernel's choosing, read from the
+   * "Debugger listening" line it prints. Other daemons: no-op. heapUsed: of every process.
    */
   async collectGarbage(key: string): Promise<{ heapUsed?: number }> {
     const d = this.daemons.get(key);
     if (!d?.running || !/^(proxy|scale)/.test(key)) return {};
     const probe = this.#probes.get(this.#proxyNs.get(key) ?? this.node) ?? this.nodeProbe;
+    const gc = async (port: number) => {
+      const r = await probe.request<{ ok: boolean; heapUsed?: number; error?: string }>(
+        'gc',
+        { port },
+        30_000,
+      );
+      if (!r.ok) throw new Error(`garbage collection in ${key} (inspector port ${port}): ${r.error}`);
+      return r.heapUsed ?? Number.NaN;
+    };
     d.child.kill('SIGUSR1');
-    const r = await probe.request<{ ok: boolean; heapUsed?: number; error?: string }>(
-      'gc',
-      { port: 9229 },
-      30_000,
-    );
-    if (!r.ok) throw new Error(`garbage collection in ${key}: ${r.error}`);
-    return { heapUsed: r.heapUsed ?? Number.NaN };
+    let heapUsed = await gc(9229);
+    // Its worker processes only: the proxy also keeps a /bin/sh (for iptables), which SIGUSR1 would kill.
+    const workers = d.pids().filter((pid) => /worker-process\.[jt]s/.test(cmdlineOf(pid)));
+    for (const pid of workers) {
+      // An inspector stays open: a second collection reuses the port the first one found.
+      let port = d.inspectors.get(pid);
+      if (port === undefined) {
+        const seen = new Set(d.inspectorPorts());
+        process.kill(pid, 'SIGUSR1');
+        for (let i = 0; i < 100 && port === undefined; i++) {
+          port = d.inspectorPorts().find((p) => !seen.has(p));
+          if (port === undefined) await sleep(20);
+        }
+        if (port === undefined)
+          throw new Error(`${key}: worker ${pid} opened no inspector on SIGUSR1: ${d.tail(8)}`);
+        d.inspectors.set(pid, port);
+      }
+      heapUsed += await gc(port);
+    }
+    return { heapUsed };
   }
 
   /** Fresh processes for every target in between (the memory measures start from a clean slate). */
@@ -640,6 +670,15 @@ async function buildTopology(sb: Sandbox, withNode3: boolean): Promise<Topology>
   if (withNode3)
     await sb.exec(client!, 'ip', ['route', 'add', '10.98.0.0/16', 'via', NET.node3IP, 'dev', 'eth0']);
   return { node: nodes[0]!, node2: nodes[1]!, node3: nodes[2], client: client!, backends };
+}
+
+/** A process's command line ('' once it is gone). */
+function cmdlineOf(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+  } catch {
+    return '';
+  }
 }
 
 function removeOnExit(dir: string): void {
