@@ -376,6 +376,19 @@ export function dispatchRules(family: IPFamily): Rule[] {
   return rules;
 }
 
+/**
+ * KUBE-NODEPORT-NON-LOCAL's first rule: a packet our NAT rules did not send to a listener returns at once.
+ * Every ACCEPT after it requires `--ctstate DNAT`, so this changes no verdict; but INPUT jumps here for
+ * every packet, and without it each one the proxy does not serve (an endpoint's answers to our upstream
+ * connections, the node's other traffic) walked one rule per listener: 10,000 at 10,000 service ports.
+ * Fixed, so a delta never touches it (its appends land after it).
+ */
+export const NON_LOCAL_RETURN: Rule = {
+  table: 'filter',
+  chain: KUBE_NODEPORT_NON_LOCAL,
+  spec: '-m conntrack ! --ctstate DNAT -j RETURN',
+};
+
 /** Restore lines (`-I`/`-A`) for the given jumps, per table; empty arrays when none is missing. */
 export function renderJumps(missing: readonly Jump[]): { nat: string[]; filter: string[] } {
   const out: { nat: string[]; filter: string[] } = { nat: [], filter: [] };
@@ -425,6 +438,7 @@ function renderChains(
     else byChain.set(r.chain, [r.spec]);
   };
   for (const r of dispatchRules(input.family)) add(r);
+  add(NON_LOCAL_RETURN);
   for (const portal of sortPortals(input.portals)) for (const r of portalRules(portal, input)) add(r);
   const jumps = renderJumps(missingJumps.filter((j) => pick(j.to)));
   const table = (t: Table): string => {

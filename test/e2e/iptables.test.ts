@@ -107,7 +107,8 @@ function ourRules(save: string): Map<string, number> {
 
 /**
  * What the rules of `portals` should leave in iptables-save, counted the same way: the jumps, 32 dispatch
- * rules in each portal chain, and each portal rule in the shard chain of its destination (computed here).
+ * rules in each portal chain, KUBE-NODEPORT-NON-LOCAL's RETURN, and each portal rule in the shard chain
+ * of its destination (computed here).
  */
 function wanted(portals: PortalSpec[], config: FamilyConfig): Map<string, number> {
   const ctx: RuleContext = { ...config, localAddresses: [] };
@@ -115,6 +116,8 @@ function wanted(portals: PortalSpec[], config: FamilyConfig): Map<string, number
     ...JUMPS.map((j): [string, number] => [`${j.from}->${j.to}`, 1]),
     ['KUBE-PORTALS-CONTAINER', 32],
     ['KUBE-PORTALS-HOST', 32],
+    // Its fixed first rule: RETURN for what no NAT rule sent to a listener.
+    ['KUBE-NODEPORT-NON-LOCAL', 1],
   ]);
   for (const p of portals)
     for (const r of portalRules(p, ctx)) {
@@ -785,5 +788,57 @@ test('traffic with INPUT policy DROP: DNATed traffic passes, no endpoints is ref
     JSON.parse((await get(pod.ns, tcpClient('10.96.0.21', 80))).stdout).local,
     `${cluster.bridgeIP}:40080`,
   );
+  await nf.cleanup();
+});
+
+test('KUBE-NODEPORT-NON-LOCAL: a packet no NAT rule sent to a listener leaves at the first rule, after full syncs and deltas', async (t) => {
+  if (!requireRootOrSkip(t)) return;
+  const sb = await createSandbox(t);
+  const cluster = await createCluster(sb, { pods: 1 });
+  const pod = cluster.pods[0]!;
+  await sb.exec(cluster.node, 'sysctl', ['-qw', 'net.ipv4.ip_forward=1']);
+  const iptables = createIptables(sb.run(cluster.node));
+  const nf = new Netfilter({ iptables, log: silentLogger(), families: [{ ...v4, hostIP: cluster.nodeIP }] });
+  const server = sb.spawnIn(cluster.node, process.execPath, ['-e', SERVER]);
+  await waitForLine(server, 'ready', 10_000);
+  // Many listeners: INPUT jumps to the chain for every packet, which walked one ACCEPT per listener.
+  const many = [...Array(200).keys()].map((i) =>
+    portal('default', `s${i}`, 'http', { clusterIPs: [`10.96.1.${i + 1}`], proxyPort: 41000 + i }),
+  );
+  const served = portal('default', 'web', 'http', { clusterIPs: ['10.96.0.20'], proxyPort: 40080 });
+  await nf.sync([...many, served], { full: true });
+  await nf.sync([...many.slice(1), served], { full: false });
+  const chain = (await sb.run(cluster.node)('iptables', ['-w', '-S', 'KUBE-NODEPORT-NON-LOCAL'])).stdout
+    .split('\n')
+    .filter((l) => l.startsWith('-A '));
+  assert.equal(chain[0], '-A KUBE-NODEPORT-NON-LOCAL -m conntrack ! --ctstate DNAT -j RETURN');
+  assert.equal(chain.length, 1 + 200, 'the RETURN, then one ACCEPT per listener left');
+
+  const node = process.execPath;
+  const get = async (ns: string, script: string) => sb.run(ns)(node, ['-e', script]);
+  // Through the ClusterIP: DNAT, its ACCEPT counts; straight to the listener on the node IP: no NAT, the
+  // RETURN counts and no ACCEPT does.
+  assert.equal(
+    JSON.parse((await get(pod.ns, tcpClient('10.96.0.20', 80))).stdout).local,
+    `${cluster.bridgeIP}:40080`,
+  );
+  const counted = async () => {
+    const save = (await sb.run(cluster.node)('iptables-save', ['-c', '-t', 'filter'])).stdout;
+    const pkts = (re: RegExp) =>
+      save
+        .split('\n')
+        .filter((l) => re.test(l))
+        .reduce((n, l) => n + Number(/^\[(\d+):/.exec(l)?.[1] ?? 0), 0);
+    return {
+      returns: pkts(/-A KUBE-NODEPORT-NON-LOCAL -m conntrack ! --ctstate DNAT -j RETURN/),
+      accepts: pkts(/-A KUBE-NODEPORT-NON-LOCAL .* -j ACCEPT/),
+    };
+  };
+  const before = await counted();
+  assert.ok(before.accepts > 0, 'the DNATed connection was accepted by its rule');
+  await get(pod.ns, tcpClient(cluster.bridgeIP, 40080));
+  const after = await counted();
+  assert.ok(after.returns > before.returns, `RETURN counted ${before.returns} → ${after.returns}`);
+  assert.equal(after.accepts, before.accepts, 'no ACCEPT saw the packets no NAT rule sent');
   await nf.cleanup();
 });

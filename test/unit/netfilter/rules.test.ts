@@ -68,14 +68,19 @@ function dispatchLines(family: IPFamily): string {
 
 const NAT_HEAD = NAT_CHAINS + dispatchLines('IPv4');
 const NAT_HEAD6 = NAT_CHAINS + dispatchLines('IPv6');
-/** `*filter` and the `:CHAIN` lines of a full restore: ours, then kube-proxy's names. */
-const FILTER_HEAD = `*filter
+/**
+ * `*filter` and the `:CHAIN` lines of a full restore (ours, then kube-proxy's names), then the fixed first
+ * rule of KUBE-NODEPORT-NON-LOCAL (the first chain, so its rule comes before any other).
+ */
+const FILTER_CHAINS = `*filter
 :KUBE-NODEPORT-NON-LOCAL - [0:0]
 :KUBE-SERVICES - [0:0]
 :KUBE-EXTERNAL-SERVICES - [0:0]
 :KUBE-PROXY-FIREWALL - [0:0]
 :KUBE-NODEPORTS - [0:0]
 `;
+const NON_LOCAL_RETURN_LINE = '-A KUBE-NODEPORT-NON-LOCAL -m conntrack ! --ctstate DNAT -j RETURN\n';
+const FILTER_HEAD = FILTER_CHAINS + NON_LOCAL_RETURN_LINE;
 const FILTER_EMPTY = `${FILTER_HEAD}COMMIT
 `;
 
@@ -792,7 +797,7 @@ ${dispatchLines('IPv4')}COMMIT
   );
   assert.equal(
     got.filter,
-    `${FILTER_HEAD}-I INPUT 1 -m comment --comment "Ensure that non-local NodePort traffic can flow" -j KUBE-NODEPORT-NON-LOCAL
+    `${FILTER_CHAINS}-I INPUT 1 -m comment --comment "Ensure that non-local NodePort traffic can flow" -j KUBE-NODEPORT-NON-LOCAL
 -I INPUT 1 -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS
 -I INPUT 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
 -I FORWARD 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
@@ -801,7 +806,7 @@ ${dispatchLines('IPv4')}COMMIT
 -I INPUT 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
 -I FORWARD 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
 -I OUTPUT 1 -m conntrack --ctstate NEW -m comment --comment "kubernetes load balancer firewall" -j KUBE-PROXY-FIREWALL
-COMMIT
+${NON_LOCAL_RETURN_LINE}COMMIT
 `,
   );
   const onlyOne = renderRestoreInput(
@@ -851,7 +856,7 @@ test('renderRestoreInput is deterministic: same bytes twice and for any input or
 });
 
 const BUILTIN = new Set(['PREROUTING', 'INPUT', 'OUTPUT', 'POSTROUTING', 'FORWARD']);
-const TARGETS = new Set(['REDIRECT', 'DNAT', 'ACCEPT', 'REJECT', 'DROP']);
+const TARGETS = new Set(['REDIRECT', 'DNAT', 'ACCEPT', 'REJECT', 'DROP', 'RETURN']);
 
 test('no rule jumps to or is appended to an undeclared chain', () => {
   const ctxs = [v4, v6, { ...v4, bindAddress: '192.168.1.9' }, pods, cbr];
