@@ -2,16 +2,23 @@
 // this host's addresses, the portals (ClusterIP, external IP, LB IP and port) of our own service ports.
 // A connection sent there comes back to us and is sent there again: a forwarding loop. Such endpoints
 // are left out of the balancers, with one warning each. The decision is pure; LoopGuard holds the
-// current picture and the warnings already given.
+// current picture (counted per service port), which service ports list which endpoints, and the
+// warnings already given.
+
+import { CountedSet } from '../lib/counted-set.ts';
 import { isLoopbackIP } from '../lib/ip.ts';
 import type { Logger } from '../lib/log.ts';
 import { type Endpoint, type EndpointKey, endpointKey } from '../state/endpoint.ts';
-import type { Protocol, ServicePort } from '../state/service-port.ts';
+import type { Protocol, ServicePort, ServicePortKey } from '../state/service-port.ts';
+import { EndpointIndex } from './endpoint-index.ts';
 
 /** Why an endpoint leads back to us. */
 export type LoopReason = 'proxy-port' | 'node-port' | 'portal';
 
 type ByProtocol<T> = { readonly TCP: T; readonly UDP: T };
+
+/** What the picture asks of a set of ports or portals. */
+type Members<T> = { has(value: T): boolean };
 
 /** What of this host answers as us. */
 export type OwnListeners = {
@@ -20,11 +27,11 @@ export type OwnListeners = {
   /** This host's addresses, canonical (loopback and the unspecified addresses are always local). */
   readonly localAddresses: ReadonlySet<string>;
   /** Our proxy ports (and local-list ports), by protocol. */
-  readonly proxyPorts: ByProtocol<ReadonlySet<number>>;
+  readonly proxyPorts: ByProtocol<Members<number>>;
   /** NodePorts we serve (iptables mode), on every local address. */
-  readonly nodePorts: ByProtocol<ReadonlySet<number>>;
+  readonly nodePorts: ByProtocol<Members<number>>;
   /** `ip:port` (endpoint keys) of our portals, when rules send them to us. */
-  readonly portals: ByProtocol<ReadonlySet<string>>;
+  readonly portals: ByProtocol<Members<string>>;
 };
 
 export const NO_LISTENERS: OwnListeners = {
@@ -63,78 +70,40 @@ export function loopReason(
   return undefined;
 }
 
-export type OwnListenersOptions = {
-  bindHost: string;
-  localAddresses: ReadonlySet<string>;
+/** What a service port adds to the picture when it runs. */
+export type OwnPorts = {
+  readonly protocol: Protocol;
+  /** Its listeners' proxy ports (no 0). */
+  readonly proxyPorts: readonly number[];
+  /** Its NodePort when we serve NodePorts; 0 otherwise. */
+  readonly nodePort: number;
+  /** `ip:port` of its portals when rules send them to us; [] otherwise. */
+  readonly portals: readonly EndpointKey[];
+};
+
+export type OwnPortsOptions = {
   /** NodePorts are served (iptables mode). */
   nodePorts: boolean;
   /** Rules send the service IPs to us (not --no-iptables). */
   portals: boolean;
 };
 
-/**
- * Builds the picture one service port at a time (the proxier yields between them: 10,000 service ports
- * take ~20 ms), and tells whether it differs from `previous` as it goes, with no second pass: a set
- * whose every member was in the previous one and that has as many members is the same set.
- */
-export class OwnListenersBuilder {
-  readonly #previous: OwnListeners;
-  readonly #options: OwnListenersOptions;
-  readonly #proxyPorts = { TCP: new Set<number>(), UDP: new Set<number>() };
-  readonly #nodePorts = { TCP: new Set<number>(), UDP: new Set<number>() };
-  readonly #portals = { TCP: new Set<string>(), UDP: new Set<string>() };
-  #differs: boolean;
-
-  constructor(previous: OwnListeners, options: OwnListenersOptions) {
-    this.#previous = previous;
-    this.#options = options;
-    this.#differs =
-      previous.bindHost !== options.bindHost || !sameSet(previous.localAddresses, options.localAddresses);
-  }
-
-  /** A running service port and its proxy ports (0 = none). */
-  add(sp: ServicePort, proxyPorts: readonly number[]): void {
-    const prev = this.#previous;
-    const proto = sp.protocol;
-    for (const p of proxyPorts) {
-      if (p === 0) continue;
-      this.#proxyPorts[proto].add(p);
-      if (!this.#differs && !prev.proxyPorts[proto].has(p)) this.#differs = true;
-    }
-    if (this.#options.nodePorts && sp.nodePort !== 0) {
-      this.#nodePorts[proto].add(sp.nodePort);
-      if (!this.#differs && !prev.nodePorts[proto].has(sp.nodePort)) this.#differs = true;
-    }
-    if (!this.#options.portals) return;
-    const set = this.#portals[proto];
-    for (const ips of [sp.clusterIPs, sp.externalIPs, sp.loadBalancerIPs]) {
-      for (const ip of ips) {
-        const key = endpointKey(ip, sp.port);
-        set.add(key);
-        if (!this.#differs && !prev.portals[proto].has(key)) this.#differs = true;
-      }
-    }
-  }
-
-  /** The picture, and whether it refuses other endpoints than `previous`. */
-  build(): { own: OwnListeners; changed: boolean } {
-    const prev = this.#previous;
-    const sizes = (a: ByProtocol<ReadonlySet<unknown>>, b: ByProtocol<ReadonlySet<unknown>>) =>
-      a.TCP.size === b.TCP.size && a.UDP.size === b.UDP.size;
-    const own: OwnListeners = {
-      bindHost: this.#options.bindHost,
-      localAddresses: this.#options.localAddresses,
-      proxyPorts: this.#proxyPorts,
-      nodePorts: this.#nodePorts,
-      portals: this.#portals,
-    };
-    const changed =
-      this.#differs ||
-      !sizes(own.proxyPorts, prev.proxyPorts) ||
-      !sizes(own.nodePorts, prev.nodePorts) ||
-      !sizes(own.portals, prev.portals);
-    return { own, changed };
-  }
+/** What `sp` with listeners on `proxyPorts` (0 = none) adds to the picture. Pure. */
+export function ownPortsOf(
+  sp: ServicePort,
+  proxyPorts: readonly number[],
+  options: OwnPortsOptions,
+): OwnPorts {
+  const portals: EndpointKey[] = [];
+  if (options.portals)
+    for (const ips of [sp.clusterIPs, sp.externalIPs, sp.loadBalancerIPs])
+      for (const ip of ips) portals.push(endpointKey(ip, sp.port));
+  return {
+    protocol: sp.protocol,
+    proxyPorts: proxyPorts.filter((p) => p !== 0),
+    nodePort: options.nodePorts ? sp.nodePort : 0,
+    portals,
+  };
 }
 
 function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
@@ -146,11 +115,27 @@ function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
 /** Warnings remembered (service port, endpoint); past it they are forgotten and may be given again. */
 const MAX_WARNED = 4096;
 
-/** The current picture, applied to endpoint lists; warns once per service port and endpoint. */
+/**
+ * The current picture, applied to endpoint lists; warns once per service port and endpoint. The picture
+ * is counted per service port (place/remove), so one that starts or stops changes it without a look
+ * at the others; the service ports an endpoint list of which the change touches are told by
+ * takeAffected() (the index of what each lists: watch).
+ */
 export class LoopGuard {
   readonly #log: Logger;
   readonly #warned = new Set<string>();
-  #own: OwnListeners = NO_LISTENERS;
+  readonly #proxyPorts = { TCP: new CountedSet<number>(), UDP: new CountedSet<number>() };
+  readonly #nodePorts = { TCP: new CountedSet<number>(), UDP: new CountedSet<number>() };
+  readonly #portals = { TCP: new CountedSet<EndpointKey>(), UDP: new CountedSet<EndpointKey>() };
+  #own: OwnListeners = {
+    ...NO_LISTENERS,
+    proxyPorts: this.#proxyPorts,
+    nodePorts: this.#nodePorts,
+    portals: this.#portals,
+  };
+  /** What each running service port added, to take out exactly that when it changes. */
+  readonly #placed = new Map<ServicePortKey, OwnPorts>();
+  readonly #listing = new EndpointIndex<ServicePortKey>();
 
   constructor(log: Logger) {
     this.#log = log;
@@ -160,9 +145,59 @@ export class LoopGuard {
     return this.#own;
   }
 
-  /** Takes a picture built against the current one (OwnListenersBuilder), already compared. */
-  replace(own: OwnListeners): void {
-    this.#own = own;
+  /**
+   * Where the proxy ports listen and this host's addresses. True when either changed: every endpoint
+   * list must be filtered again (takeAffected() does not cover it).
+   */
+  setHost(bindHost: string, localAddresses: ReadonlySet<string>): boolean {
+    const own = this.#own;
+    if (own.bindHost === bindHost && sameSet(own.localAddresses, localAddresses)) return false;
+    this.#own = { ...own, bindHost, localAddresses };
+    return true;
+  }
+
+  /** Service port `key` runs with `own` (replacing what it added before). */
+  place(key: ServicePortKey, own: OwnPorts): void {
+    this.remove(key);
+    this.#placed.set(key, own);
+    const proto = own.protocol;
+    for (const p of own.proxyPorts) this.#proxyPorts[proto].add(p);
+    if (own.nodePort !== 0) this.#nodePorts[proto].add(own.nodePort);
+    for (const k of own.portals) this.#portals[proto].add(k);
+  }
+
+  /** Service port `key` runs no more: what it added is taken out. */
+  remove(key: ServicePortKey): void {
+    const own = this.#placed.get(key);
+    if (own === undefined) return;
+    this.#placed.delete(key);
+    const proto = own.protocol;
+    for (const p of own.proxyPorts) this.#proxyPorts[proto].delete(p);
+    if (own.nodePort !== 0) this.#nodePorts[proto].delete(own.nodePort);
+    for (const k of own.portals) this.#portals[proto].delete(k);
+  }
+
+  /** Service port `key` lists `after` instead of `before` (all its endpoints; undefined: none). */
+  watch(
+    key: ServicePortKey,
+    before: readonly Endpoint[] | undefined,
+    after: readonly Endpoint[] | undefined,
+  ): void {
+    this.#listing.replace(key, before, after);
+  }
+
+  /**
+   * The service ports that list an endpoint on a port or portal that came or went since the last call
+   * (a superset of those whose filtered lists change); the changes are forgotten.
+   */
+  takeAffected(): Set<ServicePortKey> {
+    const out = new Set<ServicePortKey>();
+    for (const proto of ['TCP', 'UDP'] as const) {
+      for (const p of this.#proxyPorts[proto].takeChanged()) this.#listing.withPort(p, out);
+      for (const p of this.#nodePorts[proto].takeChanged()) this.#listing.withPort(p, out);
+      for (const k of this.#portals[proto].takeChanged()) this.#listing.withKey(k, out);
+    }
+    return out;
   }
 
   /**

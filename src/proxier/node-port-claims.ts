@@ -46,6 +46,11 @@ export class NodePortClaims {
     return this.#claims.get(key)?.port;
   }
 
+  /** The service ports whose NodePort could not be held (a copy: ensure() changes it). */
+  failedKeys(): ServicePortKey[] {
+    return [...this.#errors.keys()];
+  }
+
   /** Why the NodePort of `key` could not be held; undefined when it is held or was not tried. */
   error(key: ServicePortKey): ProxyError | undefined {
     return this.#errors.get(key);

@@ -27,7 +27,7 @@ import { type ServicePort, type ServicePortKey, samePortals } from '../state/ser
 import type { Snapshot } from '../state/snapshot.ts';
 import { isDualStack } from './family-balancers.ts';
 import { readLocalAddresses } from './local-addresses.ts';
-import { LoopGuard, OwnListenersBuilder } from './loop-guard.ts';
+import { LoopGuard, type OwnPortsOptions, ownPortsOf } from './loop-guard.ts';
 import { NodePortClaims, nodePortHostsFor } from './node-port-claims.ts';
 import type { PortAllocator } from './port-allocator.ts';
 import { PortBinder } from './port-binder.ts';
@@ -115,6 +115,8 @@ export type ProxierDeps = {
   localAddresses?: () => readonly string[];
   /** Bind exactly the ports of `preferredPorts` (a worker process: see PortBinder). */
   exactPorts?: boolean;
+  /** Leaves out endpoints that lead back to us; default: a new one (tests count what it is asked). */
+  loopGuard?: LoopGuard;
   /** Each ejection this proxier's relays decide (--workers: the other processes are told). */
   onEjection?: EjectionListener;
   /**
@@ -163,8 +165,20 @@ export class Proxier {
   readonly fdPressure: FdPressure;
   /** Connections and datagrams that come back from our own sockets, shared by every listener. */
   readonly ownTraffic = new OwnTraffic();
-  /** Leaves out endpoints that lead back to us; its picture is taken at each sync that moved something. */
+  /** Leaves out endpoints that lead back to us; told of each service port a sync touched. */
   readonly #loopGuard: LoopGuard;
+  readonly #ownPorts: OwnPortsOptions;
+  /** Running service ports with ClientIP affinity: the only ones whose entries expire. */
+  readonly #withAffinity = new Map<ServicePortKey, ServicePortRuntime>();
+  /** The addresses NodePorts were held on at the last sync, joined (when they change, all are looked at). */
+  #claimHostsKey: string | undefined;
+  /**
+   * Service ports checked out whose listeners, settings or NodePort claims a sync has not finished
+   * looking at (kept when a sync fails half-way), and whether every one's endpoints must be filtered
+   * again (the host's addresses changed).
+   */
+  readonly #touched = new Set<ServicePortKey>();
+  #refilterAll = false;
   readonly #readLocalAddresses: () => readonly string[];
   /** The host's addresses at the last sync, and the same joined (to see a change). */
   #localAddresses: ReadonlySet<string> = new Set();
@@ -186,7 +200,7 @@ export class Proxier {
     this.#onProxyPortsChanged = deps.onProxyPortsChanged;
     this.#onEndpointsApplied = deps.onEndpointsApplied;
     this.fdPressure = new FdPressure(deps.log);
-    this.#loopGuard = new LoopGuard(deps.log);
+    this.#loopGuard = deps.loopGuard ?? new LoopGuard(deps.log);
     this.#readLocalAddresses = deps.localAddresses ?? readLocalAddresses;
     const total = options.udpMaxTotalSessions ?? 0;
     this.udpBudget = total > 0 ? new UdpSessionBudget(total) : undefined;
@@ -218,13 +232,17 @@ export class Proxier {
     });
     this.#claims = new NodePortClaims({ listeners, log: deps.log });
     this.#portals = new PortalTracker(deps.portals ?? noPortals, options.claimNodePorts === true);
+    this.#ownPorts = {
+      nodePorts: options.claimNodePorts === true,
+      portals: this.#portals.enabled || options.portalsElsewhere === true,
+    };
     this.#runtimeDeps = {
       binder: this.#binder,
       outlier: options.outlier,
       observerFor: deps.observerFor ?? (() => noopObserver),
       log: deps.log,
       loopGuard: this.#loopGuard,
-      portals: this.#portals.enabled || options.portalsElsewhere === true,
+      portals: this.#ownPorts.portals,
       proxyProtocolDefault: options.proxyProtocol ?? 'off',
       affinityByHash: options.affinityByHash === true,
     };
@@ -370,6 +388,8 @@ export class Proxier {
     let opened = 0;
     let closed = 0;
     const initial = this.lastSyncMs === 0;
+    // Before any listener opens, so that the endpoints it is given are filtered with them.
+    if (this.#refreshLocalAddresses()) this.#refilterAll = true;
 
     // Removed service ports: close their listeners (established TCP connections keep running).
     for (const key of snapshot.changedServicePorts) {
@@ -387,6 +407,9 @@ export class Proxier {
     const toEnsure = new Set<ServicePortKey>();
     for (const key of snapshot.changedServicePorts) if (snapshot.servicePorts.has(key)) toEnsure.add(key);
     for (const key of this.#failed.keys()) toEnsure.add(key);
+    // Every service port whose listeners or settings this sync may change: nothing else is looked at.
+    for (const key of snapshot.changedServicePorts) this.#touched.add(key);
+    for (const key of toEnsure) this.#touched.add(key);
     const toStart: ServicePort[] = [];
     for (const key of toEnsure) {
       const servicePort = snapshot.servicePorts.get(key);
@@ -429,25 +452,25 @@ export class Proxier {
     }
 
     // What answers as us may have changed (ports opened or closed, portals, the host's addresses).
-    await this.#refreshLoopGuard(opened > 0 || closed > 0 || snapshot.changedServicePorts.size > 0, yielder);
+    this.#noteTouched();
+    await this.#refilterLoops(yielder);
     if (this.#closed) return undefined;
     this.#applyEndpoints(snapshot);
     this.#onEndpointsApplied?.(snapshot);
 
     const now = this.#clock.now();
-    const claimHosts = this.#options.nodePortHosts?.() ?? [this.#listenHost];
-    // The rules depend on service ports, their proxy ports and NodePort claims only (the tracker's
-    // touched keys): a sync that changed none of them (an affinity change) does not touch iptables.
-    for (const rt of this.#services.values()) {
+    for (const rt of this.#withAffinity.values()) {
       rt.cleanupAffinity(now);
-      const sp = rt.servicePort;
-      if (this.#options.claimNodePorts && sp.nodePort !== 0) {
-        if (await this.#claims.ensure(sp, rt.externalContext, nodePortHostsFor(sp, claimHosts)))
-          this.#portals.touch(sp.key);
-      }
       if (yielder.due) await yielder.turn();
       if (this.#closed) return undefined;
     }
+    // The rules depend on service ports, their proxy ports and NodePort claims only (the tracker's
+    // touched keys): a sync that changed none of them (an affinity change) does not touch iptables.
+    if (this.#options.claimNodePorts) {
+      await this.#ensureNodePorts(yielder);
+      if (this.#closed) return undefined;
+    }
+    this.#touched.clear();
 
     if (early !== undefined) {
       const err = await early;
@@ -513,45 +536,78 @@ export class Proxier {
   }
 
   /**
-   * Takes a new picture of our listeners when `stale` or when the host's addresses changed; if it
-   * refuses other endpoints than before, every running service port's endpoints are filtered again.
-   * Both walks are sliced (10,000 service ports: ~20 ms each).
+   * Reads this host's addresses; true when they (or where the listeners bind) changed since the last
+   * sync: every running service port's endpoints are then filtered again (#refilterLoops).
    */
-  async #refreshLoopGuard(stale: boolean, yielder: Yielder): Promise<void> {
+  #refreshLocalAddresses(): boolean {
     const addresses = this.#readLocalAddresses();
     const key = addresses.join(' ');
     if (key !== this.#localAddressesKey) {
       this.#localAddressesKey = key;
       this.#localAddresses = new Set(addresses);
       this.ownTraffic.setLocalAddresses(this.#localAddresses);
-      stale = true;
     }
-    if (!stale) return;
-    const builder = new OwnListenersBuilder(this.#loopGuard.own, {
-      bindHost: this.#listenHost,
-      localAddresses: this.#localAddresses,
-      nodePorts: this.#options.claimNodePorts === true,
-      portals: this.#portals.enabled || this.#options.portalsElsewhere === true,
-    });
+    return this.#loopGuard.setHost(this.#listenHost, this.#localAddresses);
+  }
+
+  /**
+   * Tells the loop guard what each touched service port now adds to the picture (its ports, NodePort
+   * and portals; nothing once stopped), and keeps the set of those with ClientIP affinity.
+   */
+  #noteTouched(): void {
+    for (const key of this.#touched) {
+      const rt = this.#services.get(key);
+      if (rt === undefined) {
+        this.#loopGuard.remove(key);
+        this.#withAffinity.delete(key);
+        continue;
+      }
+      const ports = [rt.proxyPort, rt.localProxyPort, ...rt.portalProxyPorts().map(([, port]) => port)];
+      this.#loopGuard.place(key, ownPortsOf(rt.servicePort, ports, this.#ownPorts));
+      if (rt.servicePort.sessionAffinity === 'ClientIP') this.#withAffinity.set(key, rt);
+      else this.#withAffinity.delete(key);
+    }
+  }
+
+  /**
+   * Filters again the endpoints of the service ports the loop guard's last changes may concern (those
+   * listing an endpoint on a port or portal that came or went), or of every one after the host's
+   * addresses changed.
+   */
+  async #refilterLoops(yielder: Yielder): Promise<void> {
+    const affected = this.#loopGuard.takeAffected();
     // No service port starts or stops meanwhile: only this sync does that.
-    const running = [...this.#services.values()];
-    for (const rt of running) {
-      builder.add(rt.servicePort, [
-        rt.proxyPort,
-        rt.localProxyPort,
-        ...rt.portalProxyPorts().map(([, port]) => port),
-      ]);
+    const keys = this.#refilterAll ? [...this.#services.keys()] : affected;
+    for (const key of keys) {
+      const rt = this.#services.get(key);
+      if (rt?.refilter()) this.#claims.endpointsChanged(key);
       if (yielder.due) await yielder.turn();
       if (this.#closed) return;
     }
-    const { own, changed } = builder.build();
-    if (!changed) return;
-    this.#loopGuard.replace(own);
-    for (const rt of running) {
-      if (rt.refilter()) this.#claims.endpointsChanged(rt.servicePort.key);
+    this.#refilterAll = false;
+  }
+
+  /**
+   * Holds the NodePorts of the touched service ports and retries those that could not be held; all of
+   * them when the addresses they are held on changed. A claim that changed is touched for the rules.
+   */
+  async #ensureNodePorts(yielder: Yielder): Promise<void> {
+    const hosts = this.#options.nodePortHosts?.() ?? [this.#listenHost];
+    const hostsKey = hosts.join(' ');
+    const keys =
+      hostsKey === this.#claimHostsKey
+        ? new Set([...this.#touched, ...this.#claims.failedKeys()])
+        : [...this.#services.keys()];
+    for (const key of keys) {
+      const rt = this.#services.get(key);
+      if (rt === undefined || rt.servicePort.nodePort === 0) continue;
+      const sp = rt.servicePort;
+      if (await this.#claims.ensure(sp, rt.externalContext, nodePortHostsFor(sp, hosts)))
+        this.#portals.touch(key);
       if (yielder.due) await yielder.turn();
       if (this.#closed) return;
     }
+    this.#claimHostsKey = hostsKey;
   }
 
   /** Endpoint changes go to the running service ports' balancers, in place. */
@@ -564,7 +620,9 @@ export class Proxier {
 
   /** A list that becomes empty or stops being empty changes the rules (REJECT / DROP instead of NAT). */
   #applyEndpointsTo(rt: ServicePortRuntime, eps: ServicePortEndpoints | undefined): void {
+    const before = rt.listedEndpoints;
     const flipped = rt.setEndpoints(eps);
+    this.#loopGuard.watch(rt.servicePort.key, before, rt.listedEndpoints);
     // NodePort claims share a context with one of the listeners: their UDP sessions follow it.
     this.#claims.endpointsChanged(rt.servicePort.key);
     if (flipped) this.#portals.invalidate(rt.servicePort.key);
@@ -606,6 +664,7 @@ export class Proxier {
     }
     this.#portals.invalidate(servicePort.key);
     this.#services.set(servicePort.key, rt);
+    this.#loopGuard.watch(servicePort.key, undefined, rt.listedEndpoints);
     this.#portsChanged = true;
     if (this.#failed.delete(servicePort.key))
       this.#log.info({ service: servicePort.key, proxyPort: rt.proxyPort }, 'Service port recovered');
@@ -686,7 +745,9 @@ export class Proxier {
   ): void {
     const before = rt.servicePort;
     const key = servicePort.key;
+    const listed = rt.listedEndpoints;
     rt.update(servicePort, endpoints);
+    this.#loopGuard.watch(key, listed, rt.listedEndpoints);
     this.#claims.endpointsChanged(key);
     this.#portals.invalidate(key);
     // A claim serves with the external context, which follows externalTrafficPolicy: re-claimed later.
@@ -702,6 +763,7 @@ export class Proxier {
   async #stop(rt: ServicePortRuntime): Promise<void> {
     const key = rt.servicePort.key;
     this.#services.delete(key);
+    this.#loopGuard.watch(key, rt.listedEndpoints, undefined);
     this.#portals.invalidate(key);
     this.#portsChanged = true;
     await rt.close();

@@ -210,6 +210,11 @@ export class ServicePortRuntime {
     return changed;
   }
 
+  /** Every endpoint of the last lists handed over, before filtering (what the loop guard indexes). */
+  get listedEndpoints(): readonly Endpoint[] | undefined {
+    return this.#eps?.all;
+  }
+
   /** Every proxy port of the listeners of external destinations, keyed as the state file keeps them. */
   portalProxyPorts(): [string, number][] {
     return [...this.#portalListeners].map(([key, pl]) => [key, pl.proxyPort]);

@@ -4,14 +4,13 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { createLogger } from '../../../src/lib/log.ts';
+import { createLogger, silentLogger } from '../../../src/lib/log.ts';
 import {
   LoopGuard,
   loopReason,
-  NO_LISTENERS,
   type OwnListeners,
-  OwnListenersBuilder,
-  type OwnListenersOptions,
+  type OwnPortsOptions,
+  ownPortsOf,
 } from '../../../src/proxier/loop-guard.ts';
 import type { EndpointKey } from '../../../src/state/endpoint.ts';
 import type { Protocol, ServicePort } from '../../../src/state/service-port.ts';
@@ -32,29 +31,40 @@ const dns = portal('kube-system', 'dns', 'dns', {
   protocol: 'UDP',
 }).servicePort;
 
-/** The picture of `servicePorts` at once, as the proxier builds it. */
-function ownListenersOf(
+const LOCAL = new Set([NODE_IP, '127.0.0.1', '::1', 'fd00:1::10']);
+
+/** A guard with the picture of `servicePorts`, placed as the proxier places them. */
+function guardOf(
   servicePorts: { servicePort: ServicePort; proxyPorts: number[] }[],
-  options: OwnListenersOptions,
-): OwnListeners {
-  const builder = new OwnListenersBuilder(NO_LISTENERS, options);
-  for (const { servicePort, proxyPorts } of servicePorts) builder.add(servicePort, proxyPorts);
-  return builder.build().own;
+  options: OwnPortsOptions & { bindHost: string; localAddresses: ReadonlySet<string> },
+  guard = new LoopGuard(silentLogger()),
+): LoopGuard {
+  guard.setHost(options.bindHost, options.localAddresses);
+  for (const { servicePort, proxyPorts } of servicePorts)
+    guard.place(servicePort.key, ownPortsOf(servicePort, proxyPorts, options));
+  return guard;
 }
 
-function own(o: { bindHost?: string; nodePorts?: boolean; portals?: boolean } = {}): OwnListeners {
-  return ownListenersOf(
+type Own = { bindHost?: string; nodePorts?: boolean; portals?: boolean };
+
+function guard(o: Own = {}, into?: LoopGuard): LoopGuard {
+  return guardOf(
     [
       { servicePort: web, proxyPorts: [40001, 40002] },
       { servicePort: dns, proxyPorts: [40003, 0] },
     ],
     {
       bindHost: o.bindHost ?? '::',
-      localAddresses: new Set([NODE_IP, '127.0.0.1', '::1', 'fd00:1::10']),
+      localAddresses: LOCAL,
       nodePorts: o.nodePorts ?? true,
       portals: o.portals ?? true,
     },
+    into,
   );
+}
+
+function own(o: Own = {}): OwnListeners {
+  return guard(o).own;
 }
 
 const cases: {
@@ -132,40 +142,72 @@ for (const c of cases)
     assert.equal(loopReason(ep(c.ip, c.port), c.protocol ?? 'TCP', c.own ?? own()), c.want);
   });
 
-test('OwnListenersBuilder: tells in one pass whether the picture changed', () => {
-  const options = { bindHost: '::', localAddresses: new Set([NODE_IP]), nodePorts: true, portals: true };
-  const build = (previous: OwnListeners, ports: [number, number][]) => {
-    const b = new OwnListenersBuilder(previous, options);
-    for (const [proxy, local] of ports) b.add(web, [proxy, local]);
-    return b.build();
-  };
-  const first = build(own(), [[40001, 40002]]);
-  assert.ok(first.changed, 'against another picture');
-  const cases: { name: string; ports: [number, number][]; changed: boolean }[] = [
-    { name: 'the same ports', ports: [[40001, 40002]], changed: false },
+test('LoopGuard: the picture is counted per service port; only who lists a port or portal that came or went is affected', () => {
+  const options = { bindHost: '::', localAddresses: LOCAL, nodePorts: true, portals: true };
+  const g = guardOf([{ servicePort: web, proxyPorts: [40001, 40002] }], options);
+  const api = portal('default', 'api', 'http', { clusterIPs: ['10.96.0.11'], port: 80 }).servicePort;
+  const other = portal('default', 'other', 'http', { clusterIPs: ['10.96.0.12'], port: 80 }).servicePort;
+  // api lists our proxy port 40005 on loopback and web's ClusterIP; other lists pods only.
+  g.watch(api.key, undefined, [ep('127.0.0.1', 40005), ep('10.96.0.10', 80), ep('10.244.1.5', 8080)]);
+  g.watch(other.key, undefined, [ep('10.244.1.6', 8080)]);
+  assert.deepEqual(
+    [...g.takeAffected()],
+    [api.key],
+    "web's ports and ClusterIP came: api lists the ClusterIP",
+  );
+  assert.deepEqual([...g.takeAffected()], [], 'told once');
+
+  const cases: { name: string; change: () => void; affected: string[]; has: boolean }[] = [
     {
-      name: 'the same ports twice',
-      ports: [
-        [40001, 40002],
-        [40002, 40001],
-      ],
-      changed: false,
+      name: 'a second service port on the same proxy port: nothing came',
+      change: () => g.place(other.key, ownPortsOf(other, [40005], options)),
+      affected: [api.key],
+      has: true,
     },
     {
-      name: 'one port more',
-      ports: [
-        [40001, 40002],
-        [40005, 0],
-      ],
-      changed: true,
+      name: 'the same again: nothing came or went',
+      change: () => g.place(other.key, ownPortsOf(other, [40005], options)),
+      affected: [],
+      has: true,
     },
-    { name: 'one port fewer', ports: [[40001, 0]], changed: true },
-    { name: 'one port moved', ports: [[40001, 40003]], changed: true },
+    {
+      name: 'a port still held by web: it stays',
+      change: () => g.place('default/dup:http/TCP' as never, ownPortsOf(web, [40001], options)),
+      affected: [],
+      has: true,
+    },
+    {
+      name: 'other stops: 40005 goes',
+      change: () => g.remove(other.key),
+      affected: [api.key],
+      has: false,
+    },
+    {
+      name: 'api no longer lists 40005; it comes back: nobody is affected',
+      change: () => {
+        g.watch(api.key, [ep('127.0.0.1', 40005), ep('10.96.0.10', 80)], [ep('10.96.0.10', 80)]);
+        g.place(other.key, ownPortsOf(other, [40005], options));
+      },
+      affected: [],
+      has: true,
+    },
   ];
-  for (const c of cases) assert.equal(build(first.own, c.ports).changed, c.changed, c.name);
-  const moved = new OwnListenersBuilder(first.own, { ...options, localAddresses: new Set(['192.168.1.99']) });
-  moved.add(web, [40001, 40002]);
-  assert.ok(moved.build().changed, 'a node address changed');
+  for (const c of cases) {
+    c.change();
+    assert.deepEqual([...g.takeAffected()], c.affected, c.name);
+    assert.equal(g.own.proxyPorts.TCP.has(40005), c.has, c.name);
+  }
+  g.remove('default/dup:http/TCP' as never);
+  assert.ok(g.own.proxyPorts.TCP.has(40001), 'web still holds 40001');
+  assert.ok(g.own.portals.TCP.has('10.96.0.10:80'));
+  g.remove(web.key);
+  assert.ok(!g.own.proxyPorts.TCP.has(40001));
+  assert.ok(!g.own.portals.TCP.has('10.96.0.10:80'));
+  assert.deepEqual([...g.takeAffected()], [api.key], "web's ClusterIP went");
+
+  assert.equal(g.setHost('::', new Set(LOCAL)), false, 'the same addresses');
+  assert.equal(g.setHost('::', new Set(['192.168.1.99'])), true, 'a node address changed');
+  assert.equal(g.setHost('0.0.0.0', new Set(['192.168.1.99'])), true, 'where we listen changed');
 });
 
 function recording() {
@@ -183,17 +225,17 @@ function recording() {
 
 test('filter: the same array when nothing loops; otherwise a copy without them, one warning each', () => {
   const { lines, log } = recording();
-  const guard = new LoopGuard(log);
+  const g = new LoopGuard(log);
   const pods = [ep('10.244.1.5', 8080), ep('10.244.2.6', 8080)];
   const refused = new Set<EndpointKey>();
-  assert.equal(guard.filter(web, pods, refused), pods, 'nothing to filter before any picture');
-  guard.replace(own());
-  assert.equal(guard.filter(web, pods, refused), pods, 'no allocation when nothing loops');
+  assert.equal(g.filter(web, pods, refused), pods, 'nothing to filter before any picture');
+  guard({}, g);
+  assert.equal(g.filter(web, pods, refused), pods, 'no allocation when nothing loops');
 
   // Hostile: the Service names the proxy's own port and its own ClusterIP as endpoints.
   const hostile = [ep('127.0.0.1', 40001), ...pods, ep('10.96.0.10', 80)];
   for (let i = 0; i < 3; i++) {
-    assert.deepEqual(guard.filter(web, hostile, refused), pods);
+    assert.deepEqual(g.filter(web, hostile, refused), pods);
   }
   assert.deepEqual([...refused].sort(), ['10.96.0.10:80', '127.0.0.1:40001']);
   const warnings = lines.filter(

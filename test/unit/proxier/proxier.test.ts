@@ -4,15 +4,21 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ProxyError } from '../../../src/lib/errors.ts';
 import { silentLogger } from '../../../src/lib/log.ts';
+import { LoopGuard } from '../../../src/proxier/loop-guard.ts';
 import { PortAllocator } from '../../../src/proxier/port-allocator.ts';
 import type { PortalProgrammer, PortalSpec } from '../../../src/proxier/portal-programmer.ts';
-import { Proxier, type ProxierOptions, type SnapshotSource } from '../../../src/proxier/proxier.ts';
+import {
+  Proxier,
+  type ProxierDeps,
+  type ProxierOptions,
+  type SnapshotSource,
+} from '../../../src/proxier/proxier.ts';
 import type { ListenerFactory, ServicePortListener } from '../../../src/proxier/service-port-listener.ts';
 import { SyncLoop } from '../../../src/proxier/sync-loop.ts';
 import type { ServicePortContext } from '../../../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS } from '../../../src/relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS } from '../../../src/relay/udp.ts';
-import type { Endpoint, ServicePortEndpoints } from '../../../src/state/endpoint.ts';
+import type { Endpoint, EndpointKey, ServicePortEndpoints } from '../../../src/state/endpoint.ts';
 import type { ServicePort, ServicePortKey } from '../../../src/state/service-port.ts';
 import type { Snapshot } from '../../../src/state/snapshot.ts';
 import { ep } from '../../helpers/endpoints.ts';
@@ -223,6 +229,24 @@ class RecordingPortals implements PortalProgrammer {
   }
 }
 
+/** A loop guard that counts the endpoint lists it filters, by service port. */
+class CountingLoopGuard extends LoopGuard {
+  readonly filtered = new Map<ServicePortKey, number>();
+
+  constructor() {
+    super(silentLogger());
+  }
+
+  override filter(
+    sp: ServicePort,
+    list: readonly Endpoint[],
+    refused: Set<EndpointKey>,
+  ): readonly Endpoint[] {
+    this.filtered.set(sp.key, (this.filtered.get(sp.key) ?? 0) + 1);
+    return super.filter(sp, list, refused);
+  }
+}
+
 type Harness = {
   proxier: Proxier;
   source: ScriptedSource;
@@ -237,6 +261,7 @@ function harness(
   preferredPorts: ReadonlyMap<string, number> = new Map(),
   rangeSize = 100,
   onProxyPortsChanged?: (ports: ReadonlyMap<string, number>) => void,
+  deps: Partial<ProxierDeps> = {},
 ): Harness {
   const source = new ScriptedSource();
   const listeners = new FakeListeners();
@@ -259,6 +284,7 @@ function harness(
       listeners: listeners.factory,
       preferredPorts,
       onProxyPortsChanged,
+      ...deps,
     },
   );
   const sync = async () => {
@@ -268,6 +294,123 @@ function harness(
 }
 
 const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
+  {
+    name: "the loop guard follows each sync: another service port's ClusterIP or proxy port is left out while it runs, and back once it stops",
+    async run() {
+      const h = harness({}, new Map([[keyOf('d'), BASE + 50]]), 100, undefined, { localAddresses: () => [] });
+      const pod = ep('10.0.0.1', 8080);
+      h.source.set(servicePort('a'), [pod, ep('10.96.0.99', 80), ep('127.0.0.1', BASE + 50)]);
+      await h.sync();
+      const loops = () => h.proxier.get(keyOf('a'))?.loopEndpoints;
+      const served = () => h.proxier.get(keyOf('a'))?.endpoints.map((e) => e.key);
+      assert.deepEqual(loops(), []);
+      h.source.set(servicePort('b', { clusterIPs: ['10.96.0.99'] }), [pod]);
+      await h.sync();
+      assert.deepEqual(loops(), ['10.96.0.99:80'], "b's ClusterIP is b's portal");
+      h.source.set(servicePort('d', { clusterIPs: ['10.96.0.98'] }), [pod]);
+      await h.sync();
+      assert.equal(h.proxier.get(keyOf('d'))?.proxyPort, BASE + 50);
+      assert.deepEqual(loops(), ['10.96.0.99:80', `127.0.0.1:${BASE + 50}`], "d's proxy port on loopback");
+      assert.deepEqual(served(), ['10.0.0.1:8080']);
+      h.source.remove(keyOf('b'));
+      await h.sync();
+      assert.deepEqual(loops(), [`127.0.0.1:${BASE + 50}`], 'b stopped');
+      h.source.set(servicePort('d', { clusterIPs: ['10.96.0.99'] }), [pod]);
+      await h.sync();
+      assert.deepEqual(loops(), ['10.96.0.99:80', `127.0.0.1:${BASE + 50}`], "d took b's ClusterIP");
+      h.source.remove(keyOf('d'));
+      await h.sync();
+      assert.deepEqual(loops(), [], 'd stopped');
+      assert.deepEqual(served()?.sort(), ['10.0.0.1:8080', '10.96.0.99:80', `127.0.0.1:${BASE + 50}`].sort());
+    },
+  },
+  {
+    name: "the host's addresses change: an endpoint at our proxy port on a new address is left out at the next sync",
+    async run() {
+      let addresses: string[] = [];
+      const h = harness({}, new Map([[keyOf('d'), BASE + 50]]), 100, undefined, {
+        localAddresses: () => addresses,
+      });
+      h.source.set(servicePort('a'), [ep('10.0.0.1', 8080), ep('192.168.7.7', BASE + 50)]);
+      h.source.set(servicePort('d', { clusterIPs: ['10.96.0.98'] }), [ep('10.0.0.1', 8080)]);
+      await h.sync();
+      assert.deepEqual(h.proxier.get(keyOf('a'))?.loopEndpoints, [], 'not one of our addresses');
+      addresses = ['192.168.7.7'];
+      await h.sync();
+      assert.deepEqual(h.proxier.get(keyOf('a'))?.loopEndpoints, [`192.168.7.7:${BASE + 50}`]);
+      addresses = [];
+      await h.sync();
+      assert.deepEqual(h.proxier.get(keyOf('a'))?.loopEndpoints, []);
+    },
+  },
+  {
+    name: 'one service port added among 200, or one endpoint change: only its endpoints are filtered, not the others',
+    async run() {
+      const guard = new CountingLoopGuard();
+      const h = harness({}, new Map(), 1000, undefined, { loopGuard: guard, localAddresses: () => [] });
+      for (let i = 0; i < 200; i++)
+        h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.1.${i}`] }), [ep(`10.1.0.${i}`, 8080)]);
+      await h.sync();
+      assert.equal(h.proxier.status().length, 200);
+      guard.filtered.clear();
+      h.source.set(servicePort('new', { clusterIPs: ['10.96.2.1'] }), [ep('10.2.0.1', 8080)]);
+      await h.sync();
+      assert.deepEqual([...guard.filtered.keys()], [keyOf('new')], 'the 200 others are not looked at');
+      guard.filtered.clear();
+      h.source.setEndpoints(keyOf('s7'), [ep('10.1.0.7', 8080), ep('10.1.1.7', 8080)]);
+      assert.notEqual(h.proxier.applyEndpointChanges(), undefined);
+      assert.deepEqual([...guard.filtered.keys()], [keyOf('s7')]);
+    },
+  },
+  {
+    name: 'the addresses NodePorts are held on change: every NodePort is held again on the new ones',
+    async run() {
+      let hosts = ['192.168.7.7'];
+      const h = harness({ claimNodePorts: true, nodePortHosts: () => hosts });
+      h.source.set(servicePort('a', { nodePort: 30080, externallyAccessible: true }), [ep('10.0.0.1', 8080)]);
+      h.source.set(servicePort('b', { nodePort: 30081, clusterIPs: ['10.96.0.2'] }), [ep('10.0.0.2', 8080)]);
+      await h.sync();
+      const claims = () =>
+        [...h.listeners.open()].filter(([port]) => port >= 30080).map(([port, l]) => [port, l.host]);
+      assert.deepEqual(claims(), [
+        [30080, '192.168.7.7'],
+        [30081, '192.168.7.7'],
+      ]);
+      hosts = ['192.168.7.8'];
+      await h.sync();
+      assert.deepEqual(claims(), [
+        [30080, '192.168.7.8'],
+        [30081, '192.168.7.8'],
+      ]);
+    },
+  },
+  {
+    name: 'ClientIP affinity entries past their timeout are dropped at a sync; those of a None service port go at once',
+    async run() {
+      const clock = new FakeClock();
+      const h = harness({}, new Map(), 100, undefined, { clock });
+      const sticky = { sessionAffinity: 'ClientIP' as const, stickyMaxAgeSeconds: 10 };
+      h.source.set(servicePort('a', sticky), [ep('10.0.0.1', 8080)]);
+      h.source.set(servicePort('b', { ...sticky, clusterIPs: ['10.96.0.2'] }), [ep('10.0.0.2', 8080)]);
+      await h.sync();
+      const balancer = (name: string) =>
+        h.proxier.get(keyOf(name))!.context.balancer as never as {
+          pick(ip: string, now: number): unknown;
+          stickyEntries: number;
+        };
+      balancer('a').pick('10.9.0.1', clock.now());
+      balancer('b').pick('10.9.0.1', clock.now());
+      await clock.advance(5_000);
+      balancer('b').pick('10.9.0.2', clock.now());
+      await clock.advance(6_000);
+      await h.sync();
+      assert.equal(balancer('a').stickyEntries, 0, 'past 10 s');
+      assert.equal(balancer('b').stickyEntries, 1, 'one entry 6 s old');
+      h.source.set(servicePort('b', { clusterIPs: ['10.96.0.2'] }), [ep('10.0.0.2', 8080)]);
+      await h.sync();
+      assert.equal(balancer('b').stickyEntries, 0);
+    },
+  },
   {
     name: 'closed while a sync writes the rules: the proxy ports saved for a restart are not emptied',
     async run() {
