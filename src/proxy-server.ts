@@ -54,7 +54,7 @@ import type { ConnectionListing, ListOptions } from './trace/connection-table.ts
 import { ConnectionTable } from './trace/connection-table.ts';
 import { createTracer, type Tracer } from './trace/tracer.ts';
 import { mergeListings, mergeStats } from './workers/merge.ts';
-import { fullTable, samePorts, tableDelta } from './workers/messages.ts';
+import { fullTable, tableDelta } from './workers/messages.ts';
 import { WorkerPool } from './workers/worker-pool.ts';
 
 export type ProxyServerDeps = {
@@ -98,8 +98,8 @@ export class ProxyServer {
   readonly #processes: number;
   /** The worker processes; undefined with one process. */
   readonly workers: WorkerPool | undefined;
-  /** The proxy ports the workers were last told of. */
-  #workerPorts: ReadonlyMap<string, number> = new Map();
+  /** Proxy ports that changed since the workers were last told (undefined: gone). */
+  readonly #workerPortChanges = new Map<string, number | undefined>();
   /** The workers' counters as of the last request that read them, by service port. */
   #workerStats = new Map<ServicePortKey, ServicePortStats[]>();
   #workerStatsRefresh: Promise<void> | undefined;
@@ -139,10 +139,7 @@ export class ProxyServer {
             count: this.#processes - 1,
             config,
             log: this.log.child({ component: 'workers' }),
-            table: () => {
-              this.#workerPorts = this.proxier.proxyPorts();
-              return fullTable(this.proxier.snapshot, this.#workerPorts);
-            },
+            table: () => fullTable(this.proxier.snapshot, this.proxier.proxyPorts()),
             onEjection: (e) => this.proxier.applyEjection(e.key, e.endpoint, e.untilMs, e.ejections),
             listenHost: () => this.proxier.listenHost,
           })
@@ -220,7 +217,11 @@ export class ProxyServer {
                   untilMs: ejection.untilMs,
                   ejections: ejection.ejections,
                 }),
-        onProxyPortsChanged: (ports) => this.#stateFile?.save(ports),
+        onProxyPortsChanged: (changes) => {
+          this.#stateFile?.save(this.proxier.proxyPorts());
+          if (this.workers !== undefined)
+            for (const [key, port] of changes) this.#workerPortChanges.set(key, port);
+        },
         onEndpointsApplied: (snapshot) => {
           if (this.workers !== undefined && snapshot.changedEndpoints.size > 0)
             this.workers.send(tableDelta(snapshot, 'endpoints'));
@@ -278,11 +279,10 @@ export class ProxyServer {
   #tellWorkers(snapshot: Snapshot): void {
     const pool = this.workers;
     if (pool === undefined) return;
-    let ports: ReadonlyMap<string, number> | undefined;
-    const now = this.proxier.proxyPorts();
-    if (!samePorts(now, this.#workerPorts)) ports = this.#workerPorts = now;
-    if (ports === undefined && snapshot.changedServicePorts.size === 0) return;
-    pool.send(tableDelta(snapshot, 'service-ports', ports));
+    const changes = this.#workerPortChanges;
+    if (changes.size === 0 && snapshot.changedServicePorts.size === 0) return;
+    pool.send(tableDelta(snapshot, 'service-ports', changes.size === 0 ? undefined : changes));
+    changes.clear();
   }
 
   /** The connection table of the whole proxy: this process's and its workers', newest first. */

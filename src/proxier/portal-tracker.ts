@@ -99,6 +99,11 @@ export class PortalTracker {
     all: () => PortalSpec[],
     current: (key: ServicePortKey) => PortalSpec | undefined,
   ): Promise<void> {
+    // No rules (--no-iptables, a worker): nothing to hand over, so the 10,000 portals are not built.
+    if (!this.enabled) {
+      this.#changes.clear();
+      return;
+    }
     const update = this.#programmer.update?.bind(this.#programmer);
     if (full || update === undefined) {
       await this.#programmer.sync(all(), { full, initial });

@@ -107,10 +107,11 @@ export type ProxierDeps = {
    * process's rules, so those rules stay valid across a restart. */
   preferredPorts?: ReadonlyMap<string, number>;
   /**
-   * Called after a sync that opened or closed a listener, with every running service port's proxy port
-   * (`ns/name:port/PROTO` → port), e.g. to keep them in a state file. Not called when nothing moved.
+   * Called after a sync whose listeners moved, with the proxy ports that changed since the last call
+   * (`ns/name:port/PROTO[...]` → port; undefined: gone), e.g. to tell the workers or to keep them all
+   * (proxyPorts()) in a state file. Not called when nothing moved.
    */
-  onProxyPortsChanged?: (ports: ReadonlyMap<string, number>) => void;
+  onProxyPortsChanged?: (changes: ReadonlyMap<string, number | undefined>) => void;
   /** This host's addresses, read at each sync (default: the interfaces' addresses). */
   localAddresses?: () => readonly string[];
   /** Bind exactly the ports of `preferredPorts` (a worker process: see PortBinder). */
@@ -147,7 +148,7 @@ export class Proxier {
   readonly #claims: NodePortClaims;
   readonly #portals: PortalTracker;
   readonly #runtimeDeps: RuntimeDeps;
-  readonly #onProxyPortsChanged: ((ports: ReadonlyMap<string, number>) => void) | undefined;
+  readonly #onProxyPortsChanged: ((changes: ReadonlyMap<string, number | undefined>) => void) | undefined;
   readonly #services = new Map<ServicePortKey, ServicePortRuntime>();
   /** Service ports that should run but could not be opened; retried every sync. */
   readonly #failed = new Map<ServicePortKey, ProxyError>();
@@ -158,7 +159,12 @@ export class Proxier {
   #needFullSync = true;
   #closed = false;
   #syncing = false;
-  #portsChanged = false;
+  /** Every listener's proxy port, as proxyPorts() gives them; kept up to date per touched service port. */
+  readonly #ports = new Map<string, number>();
+  /** The listener keys of external destinations, of the service ports that have any. */
+  readonly #portalPortKeys = new Map<ServicePortKey, readonly string[]>();
+  /** Proxy ports that changed since onProxyPortsChanged was last called (undefined: gone). */
+  readonly #portChanges = new Map<string, number | undefined>();
   #statsOverlay: StatsOverlay | undefined;
   readonly #onEndpointsApplied: ((snapshot: Snapshot) => void) | undefined;
   /** Descriptor exhaustion, shared by every listener (metrics read its counts). */
@@ -250,13 +256,12 @@ export class Proxier {
 
   /** Every running service port's proxy port, keyed `ns/name:port/PROTO` (the preferredPorts format). */
   proxyPorts(): Map<string, number> {
-    const out = new Map<string, number>();
-    for (const [key, rt] of this.#services) {
-      out.set(key, rt.proxyPort);
-      if (rt.hasLocal) out.set(localProxyPortKey(key), rt.localProxyPort);
-      for (const [portalKey, port] of rt.portalProxyPorts()) out.set(portalKey, port);
-    }
-    return out;
+    return new Map(this.#ports);
+  }
+
+  /** How many service ports run. */
+  get size(): number {
+    return this.#services.size;
   }
 
   /** True when endpoint changes applied without a sync (0 <-> N) changed what the rules must say. */
@@ -487,9 +492,10 @@ export class Proxier {
     if (full) this.#lastFullSyncMs = started;
     this.#needFullSync = false;
     // After the rules: what a restart reads back should be what the rules in place point at.
-    if (this.#portsChanged) {
-      this.#portsChanged = false;
-      this.#onProxyPortsChanged?.(this.proxyPorts());
+    if (this.#portChanges.size > 0) {
+      const changes = new Map(this.#portChanges);
+      this.#portChanges.clear();
+      this.#onProxyPortsChanged?.(changes);
     }
     const result: SyncResult = {
       full,
@@ -557,6 +563,7 @@ export class Proxier {
   #noteTouched(): void {
     for (const key of this.#touched) {
       const rt = this.#services.get(key);
+      this.#notePorts(key, rt);
       if (rt === undefined) {
         this.#loopGuard.remove(key);
         this.#withAffinity.delete(key);
@@ -567,6 +574,30 @@ export class Proxier {
       if (rt.servicePort.sessionAffinity === 'ClientIP') this.#withAffinity.set(key, rt);
       else this.#withAffinity.delete(key);
     }
+  }
+
+  /** Brings `key`'s listeners' proxy ports up to date (none once stopped), noting what changed. */
+  #notePorts(key: ServicePortKey, rt: ServicePortRuntime | undefined): void {
+    const now = new Map<string, number>();
+    const portal = rt?.portalProxyPorts() ?? [];
+    if (rt !== undefined) {
+      now.set(key, rt.proxyPort);
+      if (rt.hasLocal) now.set(localProxyPortKey(key), rt.localProxyPort);
+      for (const [k, port] of portal) now.set(k, port);
+    }
+    for (const k of [key, localProxyPortKey(key), ...(this.#portalPortKeys.get(key) ?? [])])
+      if (!now.has(k) && this.#ports.delete(k)) this.#portChanges.set(k, undefined);
+    for (const [k, port] of now) {
+      if (this.#ports.get(k) === port) continue;
+      this.#ports.set(k, port);
+      this.#portChanges.set(k, port);
+    }
+    if (portal.length > 0)
+      this.#portalPortKeys.set(
+        key,
+        portal.map(([k]) => k),
+      );
+    else this.#portalPortKeys.delete(key);
   }
 
   /**
@@ -665,7 +696,6 @@ export class Proxier {
     this.#portals.invalidate(servicePort.key);
     this.#services.set(servicePort.key, rt);
     this.#loopGuard.watch(servicePort.key, undefined, rt.listedEndpoints);
-    this.#portsChanged = true;
     if (this.#failed.delete(servicePort.key))
       this.#log.info({ service: servicePort.key, proxyPort: rt.proxyPort }, 'Service port recovered');
     this.#log.info(rt.logFields(), 'Opened service port');
@@ -697,7 +727,6 @@ export class Proxier {
     // NodePort claims serve with the external context, which changes with the local listener.
     await this.#claims.release(sp.key);
     this.#portals.invalidate(sp.key);
-    this.#portsChanged = true;
     if (rt.hasLocal) {
       await rt.closeLocal();
       return;
@@ -730,7 +759,6 @@ export class Proxier {
       return;
     }
     this.#portals.invalidate(sp.key);
-    this.#portsChanged = true;
     if (this.#closed) return;
     this.#log.info(
       { service: sp.key, portalProxyPorts: Object.fromEntries(rt.portalProxyPorts()) },
@@ -765,7 +793,6 @@ export class Proxier {
     this.#services.delete(key);
     this.#loopGuard.watch(key, rt.listedEndpoints, undefined);
     this.#portals.invalidate(key);
-    this.#portsChanged = true;
     await rt.close();
     await this.#claims.release(key);
     this.#log.info({ service: key, proxyPort: rt.proxyPort }, 'Closed service port');
@@ -777,6 +804,7 @@ export class Proxier {
     this.#sweeper.delete(this.fdPressure);
     const all = [...this.#services.values()];
     this.#services.clear();
+    this.#ports.clear();
     for (const rt of all) this.#draining.add(rt);
     await Promise.all([this.#claims.close(), ...all.map((rt) => rt.close())]);
   }
@@ -798,6 +826,7 @@ export class Proxier {
       rt.releasePorts();
     }
     this.#services.clear();
+    this.#ports.clear();
     for (const rt of this.#draining) rt.destroy();
     this.#claims.destroy();
     this.#draining.clear();

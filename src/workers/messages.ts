@@ -1,8 +1,8 @@
 // What the main process and its workers (--workers) say to each other over the IPC channel (structured
 // clone: `serialization: 'advanced'`). The main process owns the sources, the state, the port
 // allocation and the rules; it hands each worker the service ports it runs, their endpoints and their
-// proxy ports, as a whole table when the worker starts and as deltas after each sync. Types and pure
-// builders only.
+// proxy ports, as a whole table when the worker starts and as deltas after each sync (only what
+// changed: one added Service among 10,000 is one entry). Types and pure builders only.
 import type { Config } from '../config/config.ts';
 import type { ServicePortStats } from '../relay/service-context.ts';
 import type { ServicePortEndpoints } from '../state/endpoint.ts';
@@ -22,14 +22,15 @@ export type InitMessage = {
 
 /**
  * The service ports (`null`: gone), endpoints (`null`: none) and proxy ports (`ns/name:port/PROTO[...]`
- * → port; `ports` is the whole map, when it changed). A `full` table replaces what the worker had.
+ * → port, `null`: gone) that changed. A `full` table replaces what the worker had: its `ports` are all
+ * of them.
  */
 export type TableMessage = {
   readonly t: 'table';
   readonly full: boolean;
   readonly servicePorts: readonly (readonly [ServicePortKey, ServicePort | null])[];
   readonly endpoints: readonly (readonly [ServicePortKey, ServicePortEndpoints | null])[];
-  readonly ports?: readonly (readonly [string, number])[];
+  readonly ports?: readonly (readonly [string, number | null])[];
 };
 
 /** Stop accepting, let connections finish within `graceMs`, then exit. */
@@ -123,13 +124,14 @@ export function fullTable(snapshot: Snapshot | undefined, ports: ReadonlyMap<str
 }
 
 /**
- * What changed in `snapshot` (a checkout the main process applied): its service ports and the ports when
- * they changed (after a sync), or its endpoints (as soon as the main process's balancers have them).
+ * What changed in `snapshot` (a checkout the main process applied): its service ports and the proxy
+ * ports that changed (after a sync; undefined: gone), or its endpoints (as soon as the main process's
+ * balancers have them).
  */
 export function tableDelta(
   snapshot: Snapshot,
   part: 'service-ports' | 'endpoints',
-  ports?: ReadonlyMap<string, number>,
+  ports?: ReadonlyMap<string, number | undefined>,
 ): TableMessage {
   return {
     t: 'table',
@@ -142,13 +144,6 @@ export function tableDelta(
       part === 'endpoints'
         ? [...snapshot.changedEndpoints].map((k) => [k, snapshot.endpoints.get(k) ?? null] as const)
         : [],
-    ...(ports === undefined ? {} : { ports: [...ports] }),
+    ...(ports === undefined ? {} : { ports: [...ports].map(([k, port]) => [k, port ?? null] as const) }),
   };
-}
-
-/** True when the two port maps hold the same entries. */
-export function samePorts(a: ReadonlyMap<string, number>, b: ReadonlyMap<string, number>): boolean {
-  if (a.size !== b.size) return false;
-  for (const [k, v] of a) if (b.get(k) !== v) return false;
-  return true;
 }

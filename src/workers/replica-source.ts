@@ -52,16 +52,29 @@ export class ReplicaSource implements SnapshotSource {
       else this.#endpoints.set(key, eps);
       this.#changedEndpoints.add(key);
     }
-    if (table.ports !== undefined) this.#setPorts(new Map(table.ports));
+    if (table.ports !== undefined) this.#setPorts(table.ports, table.full);
   }
 
-  /** New ports: a service port whose listeners' ports changed is reopened (closed, then opened again). */
-  #setPorts(ports: ReadonlyMap<string, number>): void {
+  /**
+   * New ports (`full`: all of them, else those that changed): a service port whose listeners' ports
+   * changed is reopened (closed, then opened again).
+   */
+  #setPorts(ports: readonly (readonly [string, number | null])[], full: boolean): void {
     const moved = new Set<ServicePortKey>();
-    for (const [key, port] of this.ports) if (ports.get(key) !== port) moved.add(servicePortKeyOf(key));
-    for (const [key, port] of ports) if (this.ports.get(key) !== port) moved.add(servicePortKeyOf(key));
-    this.ports.clear();
-    for (const [key, port] of ports) this.ports.set(key, port);
+    if (full) {
+      const all = new Map<string, number | null>(ports);
+      for (const [key, port] of this.ports) if (all.get(key) !== port) moved.add(servicePortKeyOf(key));
+      for (const [key, port] of all) if (this.ports.get(key) !== port) moved.add(servicePortKeyOf(key));
+      this.ports.clear();
+      for (const [key, port] of all) if (port !== null) this.ports.set(key, port);
+    } else {
+      for (const [key, port] of ports) {
+        if ((this.ports.get(key) ?? null) === port) continue;
+        moved.add(servicePortKeyOf(key));
+        if (port === null) this.ports.delete(key);
+        else this.ports.set(key, port);
+      }
+    }
     for (const key of moved) this.#changedServicePorts.add(key);
     for (const key of moved) if (this.#visible.has(key)) this.#reopen.add(key);
   }

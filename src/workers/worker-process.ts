@@ -137,7 +137,7 @@ class Worker {
         }
         send({
           t: 'synced',
-          servicePorts: this.proxier.status().length,
+          servicePorts: this.proxier.size,
           failed: this.proxier.failures().size,
         });
       } catch (err) {

@@ -260,7 +260,7 @@ function harness(
   options: Partial<ProxierOptions> = {},
   preferredPorts: ReadonlyMap<string, number> = new Map(),
   rangeSize = 100,
-  onProxyPortsChanged?: (ports: ReadonlyMap<string, number>) => void,
+  onProxyPortsChanged?: (changes: ReadonlyMap<string, number | undefined>) => void,
   deps: Partial<ProxierDeps> = {},
 ): Harness {
   const source = new ScriptedSource();
@@ -363,6 +363,41 @@ const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
     },
   },
   {
+    name: 'proxy ports moved: only those that changed are reported (one added among 200 is one entry), proxyPorts() has all',
+    async run() {
+      const changes: ReadonlyMap<string, number | undefined>[] = [];
+      const preferred = new Map([[keyOf('new'), BASE + 900]]);
+      const h = harness({}, preferred, 1000, (c) => changes.push(c));
+      for (let i = 0; i < 200; i++)
+        h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.1.${i}`] }), [ep(`10.1.0.${i}`, 8080)]);
+      await h.sync();
+      assert.equal(changes.at(-1)?.size, 200);
+      h.source.set(servicePort('new', { clusterIPs: ['10.96.2.1'] }), [ep('10.2.0.1', 8080)]);
+      await h.sync();
+      assert.deepEqual([...changes.at(-1)!], [[keyOf('new'), BASE + 900]]);
+      assert.equal(h.proxier.proxyPorts().size, 201);
+      // A second listener (a Local policy beside Cluster) comes, then the service port goes.
+      const local = { externalPolicyLocal: true, externallyAccessible: true, nodePort: 30081 };
+      h.source.set(servicePort('new', { clusterIPs: ['10.96.2.1'], ...local }), [ep('10.2.0.1', 8080)]);
+      await h.sync();
+      const localPort = h.proxier.proxyPorts().get(`${keyOf('new')}/local`);
+      assert.ok(localPort !== undefined);
+      assert.deepEqual([...changes.at(-1)!], [[`${keyOf('new')}/local`, localPort]]);
+      h.source.remove(keyOf('new'));
+      await h.sync();
+      assert.deepEqual([...changes.at(-1)!].sort(), [
+        [keyOf('new'), undefined],
+        [`${keyOf('new')}/local`, undefined],
+      ]);
+      assert.equal(h.proxier.proxyPorts().size, 200);
+      // Nothing moved (an endpoint-only sync): not called.
+      const calls = changes.length;
+      h.source.setEndpoints(keyOf('s1'), [ep('10.1.9.1', 8080)]);
+      await h.sync();
+      assert.equal(changes.length, calls);
+    },
+  },
+  {
     name: 'the addresses NodePorts are held on change: every NodePort is held again on the new ones',
     async run() {
       let hosts = ['192.168.7.7'];
@@ -414,7 +449,7 @@ const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
   {
     name: 'closed while a sync writes the rules: the proxy ports saved for a restart are not emptied',
     async run() {
-      const saved: ReadonlyMap<string, number>[] = [];
+      const saved: ReadonlyMap<string, number | undefined>[] = [];
       const h = harness({}, new Map(), 100, (ports) => saved.push(ports));
       h.source.set(servicePort('a'), [ep('10.0.0.1', 8080)]);
       await h.sync();

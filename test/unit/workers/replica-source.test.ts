@@ -36,17 +36,8 @@ test('only service ports the main process runs (a port for them) are shown; delt
   assert.deepEqual([...s.servicePorts.keys()], [web.key], 'dns has no port from the main process');
   assert.deepEqual(keys(s.changedServicePorts), [dns.key, web.key].sort());
   assert.equal(r.pending, false);
-  // The main process opened dns: its port arrives.
-  r.apply({
-    t: 'table',
-    full: false,
-    servicePorts: [],
-    endpoints: [],
-    ports: [
-      [web.key, 40000],
-      [dns.key, 40001],
-    ],
-  });
+  // The main process opened dns: its port arrives (a delta names only what changed).
+  r.apply({ t: 'table', full: false, servicePorts: [], endpoints: [], ports: [[dns.key, 40001]] });
   s = r.checkout();
   assert.deepEqual([...s.servicePorts.keys()].sort(), [dns.key, web.key].sort());
   assert.deepEqual(keys(s.changedServicePorts), [dns.key]);
@@ -62,10 +53,45 @@ test('only service ports the main process runs (a port for them) are shown; delt
     full: false,
     servicePorts: [[dns.key, null]],
     endpoints: [],
-    ports: [[web.key, 40000]],
+    ports: [[dns.key, null]],
   });
   s = r.checkout();
   assert.deepEqual([...s.servicePorts.keys()], [web.key]);
+  assert.deepEqual([...r.ports], [[web.key, 40000]]);
+});
+
+test('a delta of one proxy port among many touches that service port only', () => {
+  const r = new ReplicaSource();
+  const many = Array.from({ length: 100 }, (_, i) => portal('default', `s${i}`, 'http').servicePort);
+  r.apply({
+    t: 'table',
+    full: true,
+    servicePorts: many.map((sp) => [sp.key, sp] as const),
+    endpoints: [],
+    ports: many.map((sp, i) => [sp.key, 40000 + i] as const),
+  });
+  r.checkout();
+  r.apply({
+    t: 'table',
+    full: false,
+    servicePorts: [[web.key, web]],
+    endpoints: [],
+    ports: [[web.key, 41000]],
+  });
+  const s = r.checkout();
+  assert.deepEqual(keys(s.changedServicePorts), [web.key]);
+  assert.equal(s.servicePorts.size, 101);
+  assert.equal(r.ports.size, 101);
+  // The same table again as a full one (a restarted worker's): nothing moved, nothing reopens.
+  r.apply({
+    t: 'table',
+    full: true,
+    servicePorts: [...many, web].map((sp) => [sp.key, sp] as const),
+    endpoints: [],
+    ports: [...many.map((sp, i) => [sp.key, 40000 + i] as const), [web.key, 41000] as const],
+  });
+  assert.equal(r.checkout().servicePorts.size, 101);
+  assert.equal(r.pending, false, 'no service port reopens');
 });
 
 test('a service port whose port moved is closed in one checkout and opened on the new port in the next', () => {
@@ -87,16 +113,7 @@ test('a service port whose port moved is closed in one checkout and opened on th
   assert.equal(s.servicePorts.has(web.key), true);
   assert.equal(r.ports.get(web.key), 40005);
   // A second listener's port moving (`/local`) reopens the service port too.
-  r.apply({
-    t: 'table',
-    full: false,
-    servicePorts: [],
-    endpoints: [],
-    ports: [
-      [web.key, 40005],
-      [`${web.key}/local`, 40006],
-    ],
-  });
+  r.apply({ t: 'table', full: false, servicePorts: [], endpoints: [], ports: [[`${web.key}/local`, 40006]] });
   s = r.checkout();
   assert.equal(s.servicePorts.has(web.key), false);
   assert.equal(r.checkout().servicePorts.has(web.key), true);
