@@ -103,7 +103,10 @@ export class StateFile {
     }
   }
 
-  /** Queues a write of `ports`; a write already running is followed by one with the latest ports. */
+  /**
+   * Queues a write of `ports` (kept as given: pass a copy); a write already running is followed by one
+   * with the latest ports. Returns at once: the text is rendered on a later turn of the event loop.
+   */
   save(ports: ReadonlyMap<string, number>): void {
     this.#pending = ports;
     this.#writing ??= this.#drain().finally(() => {
@@ -117,6 +120,9 @@ export class StateFile {
   }
 
   async #drain(): Promise<void> {
+    // Not in the caller's turn (a sync's, right after its rules): 10,000 ports take ~5-10 ms to sort and
+    // render, and connections that arrived meanwhile are accepted first.
+    await new Promise((resolve) => setImmediate(resolve));
     while (this.#pending !== undefined) {
       const text = renderStateFile(this.#pending);
       this.#pending = undefined;

@@ -94,6 +94,23 @@ test('saves are coalesced: only the latest of a burst is written, an unchanged o
   assert.equal(state.writes, writes, 'same content, no write');
 });
 
+test('save returns before the ports are read: the caller does not render 10,000 of them', async (t) => {
+  const { file, log } = await setup(t);
+  const state = new StateFile(file, log);
+  let reads = 0;
+  const ports = new (class extends Map<string, number> {
+    override keys() {
+      reads++;
+      return super.keys();
+    }
+  })(good);
+  state.save(ports);
+  assert.equal(reads, 0, 'not read in the call');
+  await state.flush();
+  assert.ok(reads > 0);
+  assert.deepEqual(await state.load(), good);
+});
+
 test('a corrupt file is logged and ignored, then replaced by the next save', async (t) => {
   const { file, lines, log } = await setup(t);
   await writeFile(file, '{"version": 1, "proxyPorts": {"default/web:http/TCP": 12');
