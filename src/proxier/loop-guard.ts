@@ -70,40 +70,23 @@ export function loopReason(
   return undefined;
 }
 
-/** What a service port adds to the picture when it runs. */
-export type OwnPorts = {
-  readonly protocol: Protocol;
-  /** Its listeners' proxy ports (no 0). */
-  readonly proxyPorts: readonly number[];
-  /** Its NodePort when we serve NodePorts; 0 otherwise. */
-  readonly nodePort: number;
-  /** `ip:port` of its portals when rules send them to us; [] otherwise. */
-  readonly portals: readonly EndpointKey[];
-};
-
 export type OwnPortsOptions = {
   /** NodePorts are served (iptables mode). */
-  nodePorts: boolean;
+  readonly nodePorts: boolean;
   /** Rules send the service IPs to us (not --no-iptables). */
-  portals: boolean;
+  readonly portals: boolean;
 };
 
-/** What `sp` with listeners on `proxyPorts` (0 = none) adds to the picture. Pure. */
-export function ownPortsOf(
-  sp: ServicePort,
-  proxyPorts: readonly number[],
-  options: OwnPortsOptions,
-): OwnPorts {
-  const portals: EndpointKey[] = [];
-  if (options.portals)
-    for (const ips of [sp.clusterIPs, sp.externalIPs, sp.loadBalancerIPs])
-      for (const ip of ips) portals.push(endpointKey(ip, sp.port));
-  return {
-    protocol: sp.protocol,
-    proxyPorts: proxyPorts.filter((p) => p !== 0),
-    nodePort: options.nodePorts ? sp.nodePort : 0,
-    portals,
-  };
+/**
+ * What a running service port added to the picture: the service port as it was then and its
+ * listeners' ports (one number for the usual one); its portals are derived again when taken out. Kept
+ * small: there is one per service port.
+ */
+type Placed = { readonly sp: ServicePort; readonly ports: number | readonly number[] };
+
+function samePorts(a: number | readonly number[], b: number | readonly number[]): boolean {
+  if (typeof a === 'number' || typeof b === 'number') return a === b;
+  return a.length === b.length && a.every((p, i) => p === b[i]);
 }
 
 function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
@@ -134,11 +117,13 @@ export class LoopGuard {
     portals: this.#portals,
   };
   /** What each running service port added, to take out exactly that when it changes. */
-  readonly #placed = new Map<ServicePortKey, OwnPorts>();
+  readonly #placed = new Map<ServicePortKey, Placed>();
   readonly #listing = new EndpointIndex<ServicePortKey>();
+  readonly #options: OwnPortsOptions;
 
-  constructor(log: Logger) {
+  constructor(log: Logger, options: OwnPortsOptions) {
     this.#log = log;
+    this.#options = options;
   }
 
   get own(): OwnListeners {
@@ -156,25 +141,35 @@ export class LoopGuard {
     return true;
   }
 
-  /** Service port `key` runs with `own` (replacing what it added before). */
-  place(key: ServicePortKey, own: OwnPorts): void {
-    this.remove(key);
-    this.#placed.set(key, own);
-    const proto = own.protocol;
-    for (const p of own.proxyPorts) this.#proxyPorts[proto].add(p);
-    if (own.nodePort !== 0) this.#nodePorts[proto].add(own.nodePort);
-    for (const k of own.portals) this.#portals[proto].add(k);
+  /** `sp` runs with listeners on `proxyPorts` (0 = none), replacing what it added before. */
+  place(sp: ServicePort, proxyPorts: readonly number[]): void {
+    const used = proxyPorts.filter((p) => p !== 0);
+    const ports = used.length === 1 ? used[0]! : used;
+    const before = this.#placed.get(sp.key);
+    if (before?.sp === sp && samePorts(before.ports, ports)) return;
+    if (before !== undefined) this.#count(before, -1);
+    const placed: Placed = { sp, ports };
+    this.#placed.set(sp.key, placed);
+    this.#count(placed, 1);
   }
 
   /** Service port `key` runs no more: what it added is taken out. */
   remove(key: ServicePortKey): void {
-    const own = this.#placed.get(key);
-    if (own === undefined) return;
+    const placed = this.#placed.get(key);
+    if (placed === undefined) return;
     this.#placed.delete(key);
-    const proto = own.protocol;
-    for (const p of own.proxyPorts) this.#proxyPorts[proto].delete(p);
-    if (own.nodePort !== 0) this.#nodePorts[proto].delete(own.nodePort);
-    for (const k of own.portals) this.#portals[proto].delete(k);
+    this.#count(placed, -1);
+  }
+
+  #count({ sp, ports }: Placed, by: 1 | -1): void {
+    const proto = sp.protocol;
+    const change = <T>(set: CountedSet<T>, value: T) => (by === 1 ? set.add(value) : set.delete(value));
+    if (typeof ports === 'number') change(this.#proxyPorts[proto], ports);
+    else for (const p of ports) change(this.#proxyPorts[proto], p);
+    if (this.#options.nodePorts && sp.nodePort !== 0) change(this.#nodePorts[proto], sp.nodePort);
+    if (!this.#options.portals) return;
+    for (const ips of [sp.clusterIPs, sp.externalIPs, sp.loadBalancerIPs])
+      for (const ip of ips) change(this.#portals[proto], endpointKey(ip, sp.port));
   }
 
   /** Service port `key` lists `after` instead of `before` (all its endpoints; undefined: none). */

@@ -27,7 +27,7 @@ import { type ServicePort, type ServicePortKey, samePortals } from '../state/ser
 import type { Snapshot } from '../state/snapshot.ts';
 import { isDualStack } from './family-balancers.ts';
 import { readLocalAddresses } from './local-addresses.ts';
-import { LoopGuard, type OwnPortsOptions, ownPortsOf } from './loop-guard.ts';
+import { LoopGuard, type OwnPortsOptions } from './loop-guard.ts';
 import { NodePortClaims, nodePortHostsFor } from './node-port-claims.ts';
 import type { PortAllocator } from './port-allocator.ts';
 import { PortBinder } from './port-binder.ts';
@@ -116,8 +116,8 @@ export type ProxierDeps = {
   localAddresses?: () => readonly string[];
   /** Bind exactly the ports of `preferredPorts` (a worker process: see PortBinder). */
   exactPorts?: boolean;
-  /** Leaves out endpoints that lead back to us; default: a new one (tests count what it is asked). */
-  loopGuard?: LoopGuard;
+  /** Makes the guard that leaves out endpoints leading back to us (tests count what it is asked). */
+  loopGuard?: (options: OwnPortsOptions) => LoopGuard;
   /** Each ejection this proxier's relays decide (--workers: the other processes are told). */
   onEjection?: EjectionListener;
   /**
@@ -173,7 +173,6 @@ export class Proxier {
   readonly ownTraffic = new OwnTraffic();
   /** Leaves out endpoints that lead back to us; told of each service port a sync touched. */
   readonly #loopGuard: LoopGuard;
-  readonly #ownPorts: OwnPortsOptions;
   /** Running service ports with ClientIP affinity: the only ones whose entries expire. */
   readonly #withAffinity = new Map<ServicePortKey, ServicePortRuntime>();
   /** The addresses NodePorts were held on at the last sync, joined (when they change, all are looked at). */
@@ -206,7 +205,6 @@ export class Proxier {
     this.#onProxyPortsChanged = deps.onProxyPortsChanged;
     this.#onEndpointsApplied = deps.onEndpointsApplied;
     this.fdPressure = new FdPressure(deps.log);
-    this.#loopGuard = deps.loopGuard ?? new LoopGuard(deps.log);
     this.#readLocalAddresses = deps.localAddresses ?? readLocalAddresses;
     const total = options.udpMaxTotalSessions ?? 0;
     this.udpBudget = total > 0 ? new UdpSessionBudget(total) : undefined;
@@ -238,17 +236,18 @@ export class Proxier {
     });
     this.#claims = new NodePortClaims({ listeners, log: deps.log });
     this.#portals = new PortalTracker(deps.portals ?? noPortals, options.claimNodePorts === true);
-    this.#ownPorts = {
+    const ownPorts: OwnPortsOptions = {
       nodePorts: options.claimNodePorts === true,
       portals: this.#portals.enabled || options.portalsElsewhere === true,
     };
+    this.#loopGuard = (deps.loopGuard ?? ((o) => new LoopGuard(deps.log, o)))(ownPorts);
     this.#runtimeDeps = {
       binder: this.#binder,
       outlier: options.outlier,
       observerFor: deps.observerFor ?? (() => noopObserver),
       log: deps.log,
       loopGuard: this.#loopGuard,
-      portals: this.#ownPorts.portals,
+      portals: ownPorts.portals,
       proxyProtocolDefault: options.proxyProtocol ?? 'off',
       affinityByHash: options.affinityByHash === true,
     };
@@ -570,7 +569,7 @@ export class Proxier {
         continue;
       }
       const ports = [rt.proxyPort, rt.localProxyPort, ...rt.portalProxyPorts().map(([, port]) => port)];
-      this.#loopGuard.place(key, ownPortsOf(rt.servicePort, ports, this.#ownPorts));
+      this.#loopGuard.place(rt.servicePort, ports);
       if (rt.servicePort.sessionAffinity === 'ClientIP') this.#withAffinity.set(key, rt);
       else this.#withAffinity.delete(key);
     }

@@ -10,7 +10,6 @@ import {
   loopReason,
   type OwnListeners,
   type OwnPortsOptions,
-  ownPortsOf,
 } from '../../../src/proxier/loop-guard.ts';
 import type { EndpointKey } from '../../../src/state/endpoint.ts';
 import type { Protocol, ServicePort } from '../../../src/state/service-port.ts';
@@ -37,29 +36,29 @@ const LOCAL = new Set([NODE_IP, '127.0.0.1', '::1', 'fd00:1::10']);
 function guardOf(
   servicePorts: { servicePort: ServicePort; proxyPorts: number[] }[],
   options: OwnPortsOptions & { bindHost: string; localAddresses: ReadonlySet<string> },
-  guard = new LoopGuard(silentLogger()),
+  guard = new LoopGuard(silentLogger(), options),
 ): LoopGuard {
   guard.setHost(options.bindHost, options.localAddresses);
-  for (const { servicePort, proxyPorts } of servicePorts)
-    guard.place(servicePort.key, ownPortsOf(servicePort, proxyPorts, options));
+  for (const { servicePort, proxyPorts } of servicePorts) guard.place(servicePort, proxyPorts);
   return guard;
 }
 
 type Own = { bindHost?: string; nodePorts?: boolean; portals?: boolean };
 
-function guard(o: Own = {}, into?: LoopGuard): LoopGuard {
+function guard(o: Own = {}, log = silentLogger()): LoopGuard {
+  const options = {
+    bindHost: o.bindHost ?? '::',
+    localAddresses: LOCAL,
+    nodePorts: o.nodePorts ?? true,
+    portals: o.portals ?? true,
+  };
   return guardOf(
     [
       { servicePort: web, proxyPorts: [40001, 40002] },
       { servicePort: dns, proxyPorts: [40003, 0] },
     ],
-    {
-      bindHost: o.bindHost ?? '::',
-      localAddresses: LOCAL,
-      nodePorts: o.nodePorts ?? true,
-      portals: o.portals ?? true,
-    },
-    into,
+    options,
+    new LoopGuard(log, options),
   );
 }
 
@@ -147,6 +146,7 @@ test('LoopGuard: the picture is counted per service port; only who lists a port 
   const g = guardOf([{ servicePort: web, proxyPorts: [40001, 40002] }], options);
   const api = portal('default', 'api', 'http', { clusterIPs: ['10.96.0.11'], port: 80 }).servicePort;
   const other = portal('default', 'other', 'http', { clusterIPs: ['10.96.0.12'], port: 80 }).servicePort;
+  const dup = portal('default', 'dup', 'http', { clusterIPs: ['10.96.0.10'], port: 80 }).servicePort;
   // api lists our proxy port 40005 on loopback and web's ClusterIP; other lists pods only.
   g.watch(api.key, undefined, [ep('127.0.0.1', 40005), ep('10.96.0.10', 80), ep('10.244.1.5', 8080)]);
   g.watch(other.key, undefined, [ep('10.244.1.6', 8080)]);
@@ -160,19 +160,19 @@ test('LoopGuard: the picture is counted per service port; only who lists a port 
   const cases: { name: string; change: () => void; affected: string[]; has: boolean }[] = [
     {
       name: 'a second service port on the same proxy port: nothing came',
-      change: () => g.place(other.key, ownPortsOf(other, [40005], options)),
+      change: () => g.place(other, [40005]),
       affected: [api.key],
       has: true,
     },
     {
       name: 'the same again: nothing came or went',
-      change: () => g.place(other.key, ownPortsOf(other, [40005], options)),
+      change: () => g.place(other, [40005]),
       affected: [],
       has: true,
     },
     {
-      name: 'a port still held by web: it stays',
-      change: () => g.place('default/dup:http/TCP' as never, ownPortsOf(web, [40001], options)),
+      name: 'a port and a ClusterIP web holds too: they stay',
+      change: () => g.place(dup, [40001]),
       affected: [],
       has: true,
     },
@@ -186,7 +186,7 @@ test('LoopGuard: the picture is counted per service port; only who lists a port 
       name: 'api no longer lists 40005; it comes back: nobody is affected',
       change: () => {
         g.watch(api.key, [ep('127.0.0.1', 40005), ep('10.96.0.10', 80)], [ep('10.96.0.10', 80)]);
-        g.place(other.key, ownPortsOf(other, [40005], options));
+        g.place(other, [40005]);
       },
       affected: [],
       has: true,
@@ -197,7 +197,7 @@ test('LoopGuard: the picture is counted per service port; only who lists a port 
     assert.deepEqual([...g.takeAffected()], c.affected, c.name);
     assert.equal(g.own.proxyPorts.TCP.has(40005), c.has, c.name);
   }
-  g.remove('default/dup:http/TCP' as never);
+  g.remove(dup.key);
   assert.ok(g.own.proxyPorts.TCP.has(40001), 'web still holds 40001');
   assert.ok(g.own.portals.TCP.has('10.96.0.10:80'));
   g.remove(web.key);
@@ -225,11 +225,11 @@ function recording() {
 
 test('filter: the same array when nothing loops; otherwise a copy without them, one warning each', () => {
   const { lines, log } = recording();
-  const g = new LoopGuard(log);
   const pods = [ep('10.244.1.5', 8080), ep('10.244.2.6', 8080)];
   const refused = new Set<EndpointKey>();
-  assert.equal(g.filter(web, pods, refused), pods, 'nothing to filter before any picture');
-  guard({}, g);
+  const empty = new LoopGuard(log, { nodePorts: true, portals: true });
+  assert.equal(empty.filter(web, pods, refused), pods, 'nothing to filter before any picture');
+  const g = guard({}, log);
   assert.equal(g.filter(web, pods, refused), pods, 'no allocation when nothing loops');
 
   // Hostile: the Service names the proxy's own port and its own ClusterIP as endpoints.

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ProxyError } from '../../../src/lib/errors.ts';
 import { silentLogger } from '../../../src/lib/log.ts';
-import { LoopGuard } from '../../../src/proxier/loop-guard.ts';
+import { LoopGuard, type OwnPortsOptions } from '../../../src/proxier/loop-guard.ts';
 import { PortAllocator } from '../../../src/proxier/port-allocator.ts';
 import type { PortalProgrammer, PortalSpec } from '../../../src/proxier/portal-programmer.ts';
 import {
@@ -233,8 +233,8 @@ class RecordingPortals implements PortalProgrammer {
 class CountingLoopGuard extends LoopGuard {
   readonly filtered = new Map<ServicePortKey, number>();
 
-  constructor() {
-    super(silentLogger());
+  constructor(options: OwnPortsOptions) {
+    super(silentLogger(), options);
   }
 
   override filter(
@@ -346,8 +346,11 @@ const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
   {
     name: 'one service port added among 200, or one endpoint change: only its endpoints are filtered, not the others',
     async run() {
-      const guard = new CountingLoopGuard();
-      const h = harness({}, new Map(), 1000, undefined, { loopGuard: guard, localAddresses: () => [] });
+      let guard = new CountingLoopGuard({ nodePorts: false, portals: false });
+      const h = harness({}, new Map(), 1000, undefined, {
+        loopGuard: (options) => (guard = new CountingLoopGuard(options)),
+        localAddresses: () => [],
+      });
       for (let i = 0; i < 200; i++)
         h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.1.${i}`] }), [ep(`10.1.0.${i}`, 8080)]);
       await h.sync();
