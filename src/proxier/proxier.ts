@@ -392,8 +392,9 @@ export class Proxier {
     let opened = 0;
     let closed = 0;
     const initial = this.lastSyncMs === 0;
-    // Before any listener opens, so that the endpoints it is given are filtered with them.
-    if (this.#refreshLocalAddresses()) this.#refilterAll = true;
+    // Before any listener opens, so that the endpoints it is given are filtered with them: only those
+    // running already were filtered with other addresses (none at the first sync).
+    if (this.#refreshLocalAddresses() && this.#services.size > 0) this.#refilterAll = true;
 
     // Removed service ports: close their listeners (established TCP connections keep running).
     for (const key of snapshot.changedServicePorts) {
