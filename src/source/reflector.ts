@@ -2,7 +2,8 @@
 // forever, and hands each change to its sink as an add, update or delete against its own cache.
 // Self-healing: 410 → relist, backoff with jitter that only a quiet period resets, a watchdog on silent
 // connections, a periodic full relist; every answer read within bounds (api-limits.ts). It knows nothing
-// of what the objects mean; nothing reaches the sink after stop().
+// of what the objects mean and keeps only what its resource says of each (`keep`), never the object the
+// sink was handed; nothing reaches the sink after stop().
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ProxyError } from '../lib/errors.ts';
 import type { Logger } from '../lib/log.ts';
@@ -36,10 +37,19 @@ export type Resource = {
   path: string;
   labelSelector?: string;
   fieldSelector?: string;
+  /**
+   * What the cache keeps of each object (default keepMeta: kind, apiVersion, namespace, name and
+   * resourceVersion): the `old` of an update and the object of a delete a relist finds. Whatever else
+   * the sink needs of an object it takes when handed it: the objects themselves are not kept.
+   */
+  keep?: (obj: ApiObject) => ApiObject;
 };
 
 export type Sink = {
-  /** One change; `old` is the cached version an update replaces. A throw is logged, never fatal. */
+  /**
+   * One change. `old` is what the cache kept of the version an update replaces (Resource.keep); a
+   * delete that a relist finds hands over only that too. A throw is logged, never fatal.
+   */
   receive(op: 'add' | 'update' | 'delete', obj: ApiObject, old?: ApiObject): void;
   /** After the first complete list. */
   synced(): void;
@@ -88,7 +98,11 @@ export class Reflector {
   readonly #limits: Limits;
   readonly #backoff: Backoff;
   readonly #warnings = new LogLimiter(WARN_BURST, WARN_WINDOW_MS);
-  /** The objects as last delivered, keyed `namespace/name`. */
+  readonly #keep: (obj: ApiObject) => ApiObject;
+  /**
+   * What `keep` made of each object as last delivered, keyed `namespace/name`: a full copy of every
+   * Service and EndpointSlice was 1.7 KB per service port, for a resourceVersion and a name.
+   */
   readonly #cache = new Map<string, ApiObject>();
   /** Where the next watch starts; undefined = list first. */
   #rv: string | undefined;
@@ -118,6 +132,7 @@ export class Reflector {
     this.#timing = timing;
     this.#limits = limits;
     this.#backoff = new Backoff(timing.backoff);
+    this.#keep = resource.keep ?? keepMeta;
   }
 
   start(): void {
@@ -206,7 +221,7 @@ export class Reflector {
     for (const [key, obj] of listed) {
       const old = this.#cache.get(key);
       if (old !== undefined && !changed(old, obj)) continue;
-      this.#cache.set(key, obj);
+      this.#cache.set(key, this.#keep(obj));
       if (old === undefined) {
         added++;
         this.#emit('add', obj);
@@ -342,10 +357,10 @@ export class Reflector {
       this.#cache.delete(key);
       this.#emit('delete', obj);
     } else if (old === undefined) {
-      this.#cache.set(key, obj);
+      this.#cache.set(key, this.#keep(obj));
       this.#emit('add', obj);
     } else if (changed(old, obj)) {
-      this.#cache.set(key, obj);
+      this.#cache.set(key, this.#keep(obj));
       this.#emit('update', obj, old);
     }
     const rv = obj.metadata?.resourceVersion;
@@ -461,6 +476,16 @@ class Watchdog {
   stop(): void {
     clearTimeout(this.#timer);
   }
+}
+
+/** The default Resource.keep: what identifies an object and its version. */
+export function keepMeta(obj: ApiObject): ApiObject {
+  const meta = obj.metadata;
+  return {
+    kind: obj.kind,
+    apiVersion: obj.apiVersion,
+    metadata: { namespace: meta?.namespace, name: meta?.name, resourceVersion: meta?.resourceVersion },
+  };
 }
 
 function keyOf(obj: ApiObject): string {

@@ -53,8 +53,8 @@ export class ProxyState implements ProxyHandlers {
   readonly #onChange: () => void;
   readonly #startTimeMs: number;
 
-  // Last good version of every Service, and its ports as of the last checkout.
-  readonly #services = new Map<ServiceKey, Service>();
+  // The ports of every Service as of the last checkout. Its objects are not kept: a resync that delivers
+  // the same object again makes the same ports, which cancel out as any change back does.
   readonly #appliedPorts = new Map<ServiceKey, readonly ServicePort[]>();
   readonly #pendingServices = new Map<ServiceKey, ServiceChange>();
   readonly #slices: EndpointSliceCache;
@@ -271,10 +271,6 @@ export class ProxyState implements ProxyHandlers {
   #upsertService(service: Service): void {
     this.#serviceChangesTotal++;
     const key = serviceKeyOf(service.metadata);
-    const stored = this.#services.get(key);
-    // An informer resync delivers the same object again: nothing to do, nothing to log again.
-    if (stored !== undefined && deepEqual(stored, service)) return;
-    this.#services.set(key, service);
     const notes: Note[] = [];
     const ports = servicePortsFromService(service, (msg, fields) => notes.push([msg, fields]));
     this.#notes.report(key, notes);
@@ -283,7 +279,6 @@ export class ProxyState implements ProxyHandlers {
 
   #deleteService(key: ServiceKey): void {
     this.#notes.forget(key);
-    if (!this.#services.delete(key)) return;
     if (this.#setServicePorts(key, [])) this.#onChange();
   }
 
@@ -352,17 +347,4 @@ export function triggerTime(value: string | undefined): number | undefined {
   if (typeof value !== 'string' || !RFC3339.test(value)) return undefined;
   const ms = Date.parse(value);
   return Number.isNaN(ms) ? undefined : ms;
-}
-
-function deepEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  const ka = Object.keys(a);
-  if (ka.length !== Object.keys(b).length) return false;
-  for (const k of ka) {
-    if (!Object.hasOwn(b, k)) return false;
-    if (!deepEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
-  }
-  return true;
 }

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ProxyHandlers } from '../../src/source/handlers.ts';
 import { KubernetesSource, loadKubeConfig } from '../../src/source/kubernetes.ts';
 import {
   type EndpointSlice,
@@ -19,6 +20,7 @@ import {
 import { ProxyState } from '../../src/state/proxy-state.ts';
 import type { ServicePortKey } from '../../src/state/service-port.ts';
 import { makeEndpointSlice, makeNode, makeService, startFakeApiServer } from '../helpers/fake-apiserver.ts';
+import { collectGarbage } from '../helpers/heap.ts';
 import {
   converged,
   DEADLINE_MS,
@@ -399,6 +401,89 @@ test('a real ProxyState: synced, checkout has the service ports and endpoints; a
     ['10.244.1.5:80', '10.244.2.6:80', '10.244.3.7:80'],
   );
   assert.deepEqual(warnings, []);
+});
+
+test('keeps no API object: what it handed a real ProxyState is collected; updates and relist deletes still apply', async (t) => {
+  const waiters = new Waiters();
+  const state = new ProxyState({ nodeName: NODE, warn: () => {}, onChange: () => waiters.notify() });
+  // Every Service and EndpointSlice handed over, weakly; what an update's `old` and a delete carried.
+  const handed: WeakRef<object>[] = [];
+  const olds: string[][] = [];
+  const deleted: string[][] = [];
+  const keys = (o: object) => Object.keys(o).sort();
+  const handlers: ProxyHandlers = {
+    onServiceAdd(s) {
+      handed.push(new WeakRef(s));
+      state.onServiceAdd(s);
+    },
+    onServiceUpdate(old, s) {
+      handed.push(new WeakRef(s));
+      olds.push(keys(old));
+      state.onServiceUpdate(old, s);
+    },
+    onServiceDelete(s) {
+      deleted.push(keys(s));
+      state.onServiceDelete(s);
+    },
+    onServicesSynced: () => state.onServicesSynced(),
+    onEndpointSliceAdd(s) {
+      handed.push(new WeakRef(s));
+      state.onEndpointSliceAdd(s);
+    },
+    onEndpointSliceUpdate(old, s) {
+      handed.push(new WeakRef(s));
+      olds.push(keys(old));
+      state.onEndpointSliceUpdate(old, s);
+    },
+    onEndpointSliceDelete(s) {
+      deleted.push(keys(s));
+      state.onEndpointSliceDelete(s);
+    },
+    onEndpointSlicesSynced: () => state.onEndpointSlicesSynced(),
+    onNodeUpdate: (n) => state.onNodeUpdate(n),
+    onNodeDelete: (n) => state.onNodeDelete(n),
+  };
+  const { server } = await setup(t, { seed: seedBasic, handlers });
+  await waiters.until(
+    () => state.isInitialized,
+    () => 'not initialized',
+  );
+  const web = server.get<Service>('Service', 'default', 'web')!;
+  server.update({ ...web, spec: { ...web.spec, sessionAffinity: 'ClientIP' } });
+  const slice = server.get<EndpointSlice>('EndpointSlice', 'kube-system', 'kube-dns-xyz')!;
+  server.update({ ...slice, endpoints: [{ addresses: ['10.244.4.4'] }] });
+  await waiters.until(
+    () => olds.length === 2,
+    () => `${olds.length} updates`,
+  );
+  // Deletes only a relist finds: the objects handed over come from what the reflectors kept.
+  await server.waitForRequest((r) => r.verb === 'watch' && r.path === '/api/v1/services');
+  server.silence(true);
+  server.remove('Service', 'kube-system', 'kube-dns');
+  server.remove('EndpointSlice', 'kube-system', 'kube-dns-xyz');
+  server.expireHistory('event');
+  server.closeWatches();
+  await waiters.until(
+    () => deleted.length === 2,
+    () => `${deleted.length} deletes`,
+  );
+  server.silence(false);
+
+  const snap = state.checkout();
+  assert.deepEqual([...snap.servicePorts.keys()], ['default/web:http/TCP']);
+  assert.equal(snap.servicePorts.get('default/web:http/TCP' as ServicePortKey)?.sessionAffinity, 'ClientIP');
+  assert.equal(snap.endpoints.get('kube-system/kube-dns:http/TCP' as ServicePortKey), undefined);
+  assert.equal(state.endpointChangesTotal, 4, 'two adds, an update and the relist delete of a slice');
+  // What the reflectors keep: name, version, selection labels, a slice's address type; no spec, no endpoints.
+  for (const kept of [...olds, ...deleted])
+    assert.ok(
+      kept.every((k) => ['apiVersion', 'kind', 'metadata', 'addressType'].includes(k)),
+      `${kept}`,
+    );
+  assert.ok(handed.length >= 6, `${handed.length} objects handed over`);
+  await collectGarbage();
+  const alive = handed.filter((r) => r.deref() !== undefined).length;
+  assert.equal(alive, 0, `${alive} of ${handed.length} Services and EndpointSlices are still kept`);
 });
 
 test('stop(): every watch closed, no timers or sockets left, nothing emitted after', async (t) => {
