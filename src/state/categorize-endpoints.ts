@@ -14,10 +14,12 @@ export type EndpointPolicy = Pick<
 /** Where this node is, for topology: its name (node hints) and zone label (zone hints). */
 export type NodeTopology = { readonly nodeName: string; readonly zone: string | undefined };
 
+const NO_ENDPOINTS: readonly Endpoint[] = Object.freeze([]);
+
 const EMPTY_SERVICE_PORT_ENDPOINTS: ServicePortEndpoints = {
-  all: [],
-  cluster: [],
-  local: [],
+  all: NO_ENDPOINTS,
+  cluster: NO_ENDPOINTS,
+  local: NO_ENDPOINTS,
   hasAnyEndpoints: false,
   localReadyCount: 0,
 };
@@ -30,6 +32,8 @@ const EMPTY_SERVICE_PORT_ENDPOINTS: ServicePortEndpoints = {
  *   (topology ignored);
  * - local list (when a policy is Local): local ready endpoints, else local serving+terminating ones;
  * - hasAnyEndpoints: some endpoint anywhere is ready or serving+terminating.
+ * A list that keeps every endpoint of the one it is taken from is that list, not a copy: with every
+ * endpoint ready, `all` and `cluster` are `endpoints` itself (the slice cache's).
  */
 export function categorizeEndpoints(
   endpoints: readonly Endpoint[],
@@ -38,34 +42,46 @@ export function categorizeEndpoints(
 ): ServicePortEndpoints {
   const hasV4 = policy.clusterIPs.some((ip) => !ip.includes(':'));
   const hasV6 = policy.clusterIPs.some((ip) => ip.includes(':'));
-  const all = endpoints.filter((ep) => (ep.family === 'IPv4' ? hasV4 : hasV6));
+  const all = keep(endpoints, (ep) => (ep.family === 'IPv4' ? hasV4 : hasV6));
   if (all.length === 0) return EMPTY_SERVICE_PORT_ENDPOINTS;
 
-  const ready = all.filter((ep) => ep.ready);
-  let cluster: readonly Endpoint[] = [];
+  const ready = keep(all, isReady);
+  let cluster: readonly Endpoint[] = NO_ENDPOINTS;
   if (usesClusterEndpoints(policy as ServicePort)) {
     const mode = topologyMode(ready, node);
     cluster =
       mode === 'PreferSameNode'
-        ? ready.filter((ep) => ep.nodeHints!.includes(node.nodeName))
+        ? keep(ready, (ep) => ep.nodeHints!.includes(node.nodeName))
         : mode === 'PreferSameZone'
-          ? ready.filter((ep) => ep.zoneHints!.includes(node.zone!))
+          ? keep(ready, (ep) => ep.zoneHints!.includes(node.zone!))
           : ready;
-    if (cluster.length === 0) cluster = all.filter(isServingTerminating);
+    if (cluster.length === 0) cluster = keep(all, isServingTerminating);
   }
 
-  const localReady = ready.filter((ep) => ep.isLocal);
-  let local: readonly Endpoint[] = [];
+  const localReady = keep(ready, isLocal);
+  let local: readonly Endpoint[] = NO_ENDPOINTS;
   if (usesLocalEndpoints(policy as ServicePort))
-    local = localReady.length > 0 ? localReady : all.filter((ep) => ep.isLocal && isServingTerminating(ep));
+    local = localReady.length > 0 ? localReady : keep(all, (ep) => ep.isLocal && isServingTerminating(ep));
 
   return {
     all,
     cluster,
     local,
     hasAnyEndpoints: ready.length > 0 || all.some(isServingTerminating),
-    localReadyCount: new Set(localReady.map((ep) => ep.ip)).size,
+    localReadyCount: localReady.length === 0 ? 0 : new Set(localReady.map((ep) => ep.ip)).size,
   };
+}
+
+/**
+ * The endpoints of `list` that pass `test`: `list` itself when all do, else a copy of its length
+ * (filter leaves room for 17 or more: 190 bytes for a list of two, per service port and list).
+ */
+function keep(list: readonly Endpoint[], test: (ep: Endpoint) => boolean): readonly Endpoint[] {
+  let kept = 0;
+  for (const ep of list) if (test(ep)) kept++;
+  if (kept === list.length) return list;
+  if (kept === 0) return NO_ENDPOINTS;
+  return list.filter(test).slice();
 }
 
 /** The endpoints ClusterIP traffic goes to: the local list under internalTrafficPolicy Local. */
@@ -86,9 +102,7 @@ export function externalEndpoints(
 
 /** The endpoints of `list` of one family (a dual-stack service's traffic stays in its family). */
 export function endpointsOfFamily(list: readonly Endpoint[], family: IPFamily): readonly Endpoint[] {
-  let mixed = false;
-  for (const ep of list) if (ep.family !== family) mixed = true;
-  return mixed ? list.filter((ep) => ep.family === family) : list;
+  return keep(list, (ep) => ep.family === family);
 }
 
 /** True when the two values list equal endpoints (every field) in the same order. */
@@ -132,6 +146,14 @@ export function sameHints(x: readonly string[] | undefined, y: readonly string[]
 
 function isServingTerminating(ep: Endpoint): boolean {
   return ep.serving && ep.terminating;
+}
+
+function isReady(ep: Endpoint): boolean {
+  return ep.ready;
+}
+
+function isLocal(ep: Endpoint): boolean {
+  return ep.isLocal;
 }
 
 type TopologyMode = 'PreferSameNode' | 'PreferSameZone' | undefined;

@@ -33,9 +33,7 @@ export function sliceServiceKey(slice: EndpointSlice): ServiceKey | undefined {
   return serviceKey(meta.namespace, service);
 }
 
-type SlicePort = { readonly name: string; readonly protocol: Protocol; readonly port: number };
-
-// One endpoint of a slice, before it is paired with the slice's ports.
+// One endpoint of a slice as parsed, before it is paired with each of the slice's ports.
 type SliceEndpoint = {
   readonly ip: string;
   readonly family: IPFamily;
@@ -47,17 +45,26 @@ type SliceEndpoint = {
   readonly nodeHints: readonly string[] | undefined;
 };
 
-type SliceInfo = { readonly ports: readonly SlicePort[]; readonly endpoints: readonly SliceEndpoint[] };
-
-type ServiceSlices = {
-  readonly namespace: string;
+/**
+ * One port of a slice with the slice's endpoints at it: the Endpoint objects themselves, sorted by key,
+ * one per key. A Service with one slice hands these very lists to the state, whose endpoint lists and
+ * balancers hold them in turn: an endpoint exists once, not once per layer.
+ */
+type SlicePort = {
   readonly name: string;
-  readonly slices: Map<string, SliceInfo>;
+  readonly protocol: Protocol;
+  readonly port: number;
+  readonly endpoints: readonly Endpoint[];
 };
+
+type SliceInfo = { readonly name: string; readonly ports: readonly SlicePort[] };
+
+const NO_ENDPOINTS: readonly Endpoint[] = Object.freeze([]);
 
 export class EndpointSliceCache {
   readonly #nodeName: string;
-  readonly #services = new Map<ServiceKey, ServiceSlices>();
+  /** The slices of each Service, by name (merge order). */
+  readonly #services = new Map<ServiceKey, SliceInfo[]>();
   // `namespace/sliceName` → the Service it is stored under (the label could change between updates).
   readonly #owners = new Map<string, ServiceKey>();
 
@@ -74,19 +81,23 @@ export class EndpointSliceCache {
     if (service === undefined) return this.delete(slice);
     const sliceName = slice.metadata!.name!;
     const id = `${slice.metadata!.namespace}/${sliceName}`;
-    const info = parseSlice(slice);
+    const info = parseSlice(sliceName, slice, this.#nodeName);
     const changed: ServiceKey[] = [];
     const owner = this.#owners.get(id);
     if (owner !== undefined && owner !== service) changed.push(...this.delete(slice));
-    let entry = this.#services.get(service);
-    if (entry === undefined) {
-      const namespace = slice.metadata!.namespace!;
-      entry = { namespace, name: service.slice(namespace.length + 1), slices: new Map() };
-      this.#services.set(service, entry);
+    let slices = this.#services.get(service);
+    if (slices === undefined) {
+      slices = [];
+      this.#services.set(service, slices);
     }
-    const stored = entry.slices.get(sliceName);
-    if (stored !== undefined && sameSliceInfo(stored, info)) return changed;
-    entry.slices.set(sliceName, info);
+    const at = indexOf(slices, sliceName);
+    const stored = slices[at];
+    if (stored?.name === sliceName) {
+      if (sameSliceInfo(stored, info)) return changed;
+      slices[at] = info;
+    } else {
+      slices.splice(at, 0, info);
+    }
     this.#owners.set(id, service);
     changed.push(service);
     return changed;
@@ -98,9 +109,9 @@ export class EndpointSliceCache {
     const owner = this.#owners.get(id);
     if (owner === undefined) return [];
     this.#owners.delete(id);
-    const entry = this.#services.get(owner)!;
-    entry.slices.delete(slice.metadata!.name!);
-    if (entry.slices.size === 0) this.#services.delete(owner);
+    const slices = this.#services.get(owner)!;
+    slices.splice(indexOf(slices, slice.metadata!.name!), 1);
+    if (slices.length === 0) this.#services.delete(owner);
     return [owner];
   }
 
@@ -111,66 +122,105 @@ export class EndpointSliceCache {
 
   /**
    * The Service's endpoints per service port key, merged over its slices: one per `ip:port` (the first
-   * seen, replaced by a later duplicate that is not terminating), each list sorted by key.
+   * seen, replaced by a later duplicate that is not terminating), each list sorted by key. A port only
+   * one slice has is that slice's own list (not a copy): callers must not change the lists.
    */
-  endpoints(service: ServiceKey): Map<ServicePortKey, Endpoint[]> {
-    const out = new Map<ServicePortKey, Endpoint[]>();
-    const entry = this.#services.get(service);
-    if (entry === undefined) return out;
-    const merged = new Map<ServicePortKey, Map<EndpointKey, Endpoint>>();
+  endpoints(service: ServiceKey): Map<ServicePortKey, readonly Endpoint[]> {
+    const out = new Map<ServicePortKey, readonly Endpoint[]>();
+    const slices = this.#services.get(service);
+    if (slices === undefined) return out;
+    const slash = service.indexOf('/');
+    const namespace = service.slice(0, slash);
+    const name = service.slice(slash + 1);
     // Slice-name order makes the choice between duplicates deterministic (kube-proxy's is map order).
-    for (const sliceName of [...entry.slices.keys()].sort()) {
-      const info = entry.slices.get(sliceName)!;
+    for (const info of slices) {
       for (const port of info.ports) {
-        const key = servicePortKey(servicePortName(entry.namespace, entry.name, port.name), port.protocol);
-        let byKey = merged.get(key);
-        if (byKey === undefined) {
-          byKey = new Map();
-          merged.set(key, byKey);
-        }
-        for (const ep of info.endpoints) {
-          const epKey = endpointKey(ep.ip, port.port);
-          if (ep.terminating && byKey.has(epKey)) continue;
-          byKey.set(epKey, {
-            key: epKey,
-            ip: ep.ip,
-            port: port.port,
-            family: ep.family,
-            ready: ep.ready,
-            serving: ep.serving,
-            terminating: ep.terminating,
-            isLocal: ep.nodeName !== undefined && ep.nodeName === this.#nodeName,
-            nodeName: ep.nodeName,
-            zoneHints: ep.zoneHints,
-            nodeHints: ep.nodeHints,
-          });
-        }
+        const key = servicePortKey(servicePortName(namespace, name, port.name), port.protocol);
+        const merged = out.get(key);
+        out.set(key, merged === undefined ? port.endpoints : mergeEndpoints(merged, port.endpoints));
       }
     }
-    for (const [key, byKey] of merged)
-      out.set(
-        key,
-        [...byKey.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
-      );
     return out;
   }
 }
 
-function parseSlice(slice: EndpointSlice): SliceInfo {
+/** Where the slice named `name` is in `slices` (sorted by name), or where it would go. */
+function indexOf(slices: readonly SliceInfo[], name: string): number {
+  let i = 0;
+  while (i < slices.length && slices[i]!.name < name) i++;
+  return i;
+}
+
+/**
+ * Two lists sorted by key with one endpoint per key, as one: for a key in both, `later`'s endpoint unless
+ * it is terminating (the fold of endpoints() over the slices in order).
+ */
+function mergeEndpoints(earlier: readonly Endpoint[], later: readonly Endpoint[]): readonly Endpoint[] {
+  if (later.length === 0) return earlier;
+  if (earlier.length === 0) return later;
+  const out: Endpoint[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < earlier.length || j < later.length) {
+    const a = earlier[i];
+    const b = later[j];
+    if (b === undefined || (a !== undefined && a.key < b.key)) {
+      out.push(a!);
+      i++;
+    } else if (a === undefined || b.key < a.key) {
+      out.push(b);
+      j++;
+    } else {
+      out.push(b.terminating ? a : b);
+      i++;
+      j++;
+    }
+  }
+  // push leaves room for 17 or more; the list lives as long as the slices.
+  return out.slice();
+}
+
+function parseSlice(name: string, slice: EndpointSlice, nodeName: string): SliceInfo {
+  const family = slice.addressType as IPFamily;
+  const parsed: SliceEndpoint[] = [];
+  for (const ep of slice.endpoints ?? []) {
+    const endpoint = parseEndpoint(ep, family);
+    if (endpoint !== undefined) parsed.push(endpoint);
+  }
   const ports: SlicePort[] = [];
   for (const p of slice.ports ?? []) {
     // kube-proxy skips ports without a name (unnamed ports have name "") and without a port number.
     if (typeof p?.name !== 'string' || !isPort(p.port)) continue;
     const protocol = p.protocol ?? 'TCP';
     if (protocol !== 'TCP' && protocol !== 'UDP') continue;
-    ports.push({ name: p.name, protocol, port: p.port });
+    ports.push({ name: p.name, protocol, port: p.port, endpoints: endpointsAt(parsed, p.port, nodeName) });
   }
-  const endpoints: SliceEndpoint[] = [];
-  for (const ep of slice.endpoints ?? []) {
-    const parsed = parseEndpoint(ep, slice.addressType as IPFamily);
-    if (parsed !== undefined) endpoints.push(parsed);
+  return { name, ports: ports.slice() };
+}
+
+/** The slice's endpoints at `port`, sorted by key, one per key (the first, replaced by a later one that is not terminating). */
+function endpointsAt(parsed: readonly SliceEndpoint[], port: number, nodeName: string): readonly Endpoint[] {
+  if (parsed.length === 0) return NO_ENDPOINTS;
+  const byKey = new Map<EndpointKey, Endpoint>();
+  for (const ep of parsed) {
+    const key = endpointKey(ep.ip, port);
+    if (ep.terminating && byKey.has(key)) continue;
+    byKey.set(key, {
+      key,
+      ip: ep.ip,
+      port,
+      family: ep.family,
+      ready: ep.ready,
+      serving: ep.serving,
+      terminating: ep.terminating,
+      isLocal: ep.nodeName !== undefined && ep.nodeName === nodeName,
+      nodeName: ep.nodeName,
+      zoneHints: ep.zoneHints,
+      nodeHints: ep.nodeHints,
+    });
   }
-  return { ports, endpoints };
+  // Spreading an iterator allocates exactly its length (push would leave room for 17).
+  return [...byKey.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 }
 
 function parseEndpoint(ep: EndpointSliceEndpoint, family: IPFamily): SliceEndpoint | undefined {
@@ -204,17 +254,23 @@ function isPort(v: unknown): v is number {
 }
 
 function sameSliceInfo(a: SliceInfo, b: SliceInfo): boolean {
-  if (a.ports.length !== b.ports.length || a.endpoints.length !== b.endpoints.length) return false;
+  if (a.ports.length !== b.ports.length) return false;
   for (let i = 0; i < a.ports.length; i++) {
     const x = a.ports[i]!;
     const y = b.ports[i]!;
     if (x.name !== y.name || x.protocol !== y.protocol || x.port !== y.port) return false;
+    if (!sameSliceEndpoints(x.endpoints, y.endpoints)) return false;
   }
-  for (let i = 0; i < a.endpoints.length; i++) {
-    const x = a.endpoints[i]!;
-    const y = b.endpoints[i]!;
+  return true;
+}
+
+function sameSliceEndpoints(a: readonly Endpoint[], b: readonly Endpoint[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i]!;
+    const y = b[i]!;
     if (
-      x.ip !== y.ip ||
+      x.key !== y.key ||
       x.ready !== y.ready ||
       x.serving !== y.serving ||
       x.terminating !== y.terminating ||

@@ -40,7 +40,6 @@ type CheckoutWork = {
   readonly changedServicePorts: Set<ServicePortKey>;
   readonly changedEndpoints: Set<ServicePortKey>;
   readonly recompute: Set<ServiceKey>;
-  endpointsMutated: boolean;
   readonly triggerTimes: number[];
 };
 
@@ -62,8 +61,8 @@ export class ProxyState implements ProxyHandlers {
   readonly #triggerTimes = new Map<ServiceKey, number[]>();
   // What the next snapshot holds, updated in place at checkout; snapshots get copies.
   readonly #servicePorts = new Map<ServicePortKey, ServicePort>();
+  /** Every applied service port's endpoints (ports gone from a Service lose theirs when it is applied). */
   readonly #endpoints = new Map<ServicePortKey, ServicePortEndpoints>();
-  readonly #endpointKeys = new Map<ServiceKey, readonly ServicePortKey[]>();
   #snapshot: Snapshot | undefined;
 
   #nodeZone: string | undefined;
@@ -197,7 +196,6 @@ export class ProxyState implements ProxyHandlers {
       changedServicePorts: new Set(),
       changedEndpoints: new Set(),
       recompute: new Set(this.#zoneChanged ? this.#appliedPorts.keys() : []),
-      endpointsMutated: false,
       triggerTimes: [...this.#triggerTimes.values()].flat(),
     };
     for (const service of this.#dirtyEndpoints) work.recompute.add(service);
@@ -214,6 +212,8 @@ export class ProxyState implements ProxyHandlers {
       for (const key of before.keys()) {
         this.#servicePorts.delete(key);
         work.changedServicePorts.add(key);
+        if ((this.#endpoints.get(key)?.all.length ?? 0) > 0) work.changedEndpoints.add(key);
+        this.#endpoints.delete(key);
       }
       if (change.current.length > 0) this.#appliedPorts.set(service, change.current);
       else this.#appliedPorts.delete(service);
@@ -232,7 +232,6 @@ export class ProxyState implements ProxyHandlers {
   #recompute(service: ServiceKey, work: CheckoutWork): void {
     const ports = this.#appliedPorts.get(service) ?? [];
     const merged = ports.length > 0 ? this.#slices.endpoints(service) : undefined;
-    const oldKeys = this.#endpointKeys.get(service) ?? [];
     for (const port of ports) {
       const next = categorizeEndpoints(merged?.get(port.key) ?? [], port, {
         nodeName: this.#nodeName,
@@ -242,17 +241,7 @@ export class ProxyState implements ProxyHandlers {
       if (old !== undefined && sameServicePortEndpoints(old, next)) continue;
       if (old !== undefined || next.all.length > 0) work.changedEndpoints.add(port.key);
       this.#endpoints.set(port.key, next);
-      work.endpointsMutated = true;
     }
-    const newKeys = ports.map((p) => p.key);
-    for (const key of oldKeys) {
-      if (newKeys.includes(key)) continue;
-      if ((this.#endpoints.get(key)?.all.length ?? 0) > 0) work.changedEndpoints.add(key);
-      this.#endpoints.delete(key);
-      work.endpointsMutated = true;
-    }
-    if (newKeys.length > 0) this.#endpointKeys.set(service, newKeys);
-    else this.#endpointKeys.delete(service);
   }
 
   #finish(work: CheckoutWork): Snapshot {

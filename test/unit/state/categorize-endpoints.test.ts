@@ -328,3 +328,20 @@ test('sameServicePortEndpoints notices a flag change, not a new but equal value'
   );
   assert.ok(!sameServicePortEndpoints(a, categorizeEndpoints([r('10.0.0.1')], V4, TOPO)));
 });
+
+test('lists that keep every endpoint are the list they come from, not copies', () => {
+  const ready = [r('10.0.0.1'), r('10.0.0.2', local)];
+  const got = categorizeEndpoints(ready, ETP, { nodeName: NODE, zone: undefined });
+  assert.equal(got.all, ready, 'all: every endpoint is of the family');
+  assert.equal(got.cluster, ready, 'cluster: every endpoint is ready');
+  assert.deepEqual(
+    got.local.map((e) => e.key),
+    ['10.0.0.2:80'],
+  );
+  assert.equal(got.local[0], ready[1], 'the same Endpoint object');
+  const mixed = [r('10.0.0.1'), n('10.0.0.2')];
+  const some = categorizeEndpoints(mixed, V4, { nodeName: NODE, zone: undefined });
+  assert.equal(some.all, mixed);
+  assert.deepEqual(some.cluster, [mixed[0]]);
+  assert.equal(some.cluster[0], mixed[0]);
+});

@@ -304,3 +304,26 @@ test('size counts services with slices', () => {
   assert.equal(cache.size, 1);
   assert.deepEqual(keys(cache), {});
 });
+
+test("one slice: endpoints() hands out that slice's parsed list itself, the same objects every time", () => {
+  const cache = new EndpointSliceCache(NODE);
+  cache.update(slice('web-a', [ep('10.0.0.2'), ep('10.0.0.1')]));
+  cache.update(slice('api-a', [ep('10.0.0.9')], { service: 'api' }));
+  const first = cache.endpoints(WEB).get(HTTP);
+  assert.deepEqual(
+    first?.map((e) => e.key),
+    ['10.0.0.1:8080', '10.0.0.2:8080'],
+  );
+  // Another Service's slice changes; this one's list is still the parsed one, not a new merge.
+  cache.update(slice('api-a', [ep('10.0.0.8')], { service: 'api' }));
+  assert.equal(cache.endpoints(WEB).get(HTTP), first);
+  // Two slices: one merged list, whose endpoints are still the slices' own objects.
+  cache.update(slice('web-b', [ep('10.0.0.3')]));
+  const merged = cache.endpoints(WEB).get(HTTP)!;
+  assert.deepEqual(
+    merged.map((e) => e.key),
+    ['10.0.0.1:8080', '10.0.0.2:8080', '10.0.0.3:8080'],
+  );
+  assert.equal(merged[0], first?.[0]);
+  assert.equal(merged[1], first?.[1]);
+});

@@ -466,3 +466,19 @@ test('onlyEndpointsPending: true for slice changes alone, false once a Service o
   intake.onNodeUpdate(node('zone-b'));
   assert.equal(state.onlyEndpointsPending, false, 'the zone changed');
 });
+
+test("one Endpoint representation: a checkout's lists are the slice's parsed list, kept across unrelated changes", () => {
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onServiceAdd(svc('api', { clusterIP: '10.96.0.2' }));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1', '10.0.0.2']));
+  intake.onEndpointSliceAdd(slice('api-a', 'api', ['10.0.0.3']));
+  intake.onServicesSynced();
+  intake.onEndpointSlicesSynced();
+  const web = state.checkout().endpoints.get(key('web'))!;
+  assert.equal(web.cluster, web.all, 'every endpoint ready: one list');
+  intake.onEndpointSliceUpdate(slice('api-a', 'api', ['10.0.0.3']), slice('api-a', 'api', ['10.0.0.4']));
+  intake.onServiceUpdate(svc('web'), svc('web', { sessionAffinity: 'ClientIP' }));
+  const again = state.checkout().endpoints.get(key('web'))!;
+  assert.equal(again.all, web.all, 'recomputed, and still the same list of the same Endpoint objects');
+});
