@@ -26,7 +26,8 @@ export type EjectionEvent = { endpoint: string; untilMs: number; ejections: numb
 
 export class OutlierDetector {
   readonly options: OutlierOptions;
-  readonly #health = new Map<string, Health>();
+  /** By endpoint key, for endpoints with failures; undefined until the first (an idle service port's is). */
+  #health: Map<string, Health> | undefined;
   #ejected = 0;
 
   constructor(options: OutlierOptions = DEFAULT_OUTLIER_OPTIONS) {
@@ -40,7 +41,7 @@ export class OutlierDetector {
 
   /** True when `endpoint` should be skipped at `nowMs`. Returns ejected endpoints whose time is up. */
   isEjected(endpoint: string, nowMs: number): boolean {
-    const h = this.#health.get(endpoint);
+    const h = this.#health?.get(endpoint);
     if (h === undefined || h.ejectedUntilMs === 0) return false;
     if (nowMs < h.ejectedUntilMs) return true;
     // Back on probation: one more failure ejects it again, for longer.
@@ -55,11 +56,7 @@ export class OutlierDetector {
    * number of endpoints of the service port (for the ejection cap).
    */
   failed(endpoint: string, nowMs: number, total: number): EjectionEvent | undefined {
-    let h = this.#health.get(endpoint);
-    if (h === undefined) {
-      h = { failures: 0, ejections: 0, ejectedUntilMs: 0 };
-      this.#health.set(endpoint, h);
-    }
+    const h = this.#healthOf(endpoint);
     if (h.ejectedUntilMs !== 0) return undefined;
     h.failures++;
     if (h.failures < this.options.consecutiveFailures) return undefined;
@@ -85,11 +82,7 @@ export class OutlierDetector {
     nowMs: number,
   ): boolean {
     if (untilMs <= nowMs) return false;
-    let h = this.#health.get(endpoint);
-    if (h === undefined) {
-      h = { failures: 0, ejections: 0, ejectedUntilMs: 0 };
-      this.#health.set(endpoint, h);
-    }
+    const h = this.#healthOf(endpoint);
     if (h.ejectedUntilMs !== 0) return false;
     const cap = Math.min(total - 1, Math.floor((total * this.options.maxEjectionPercent) / 100) || 1);
     if (this.#ejected >= cap) return false;
@@ -102,26 +95,41 @@ export class OutlierDetector {
 
   /** A connect to `endpoint` succeeded: its failure streak and back-off history are forgotten. */
   succeeded(endpoint: string): void {
-    const h = this.#health.get(endpoint);
+    const h = this.#health?.get(endpoint);
     if (h === undefined) return;
     if (h.ejectedUntilMs !== 0) this.#ejected--;
-    this.#health.delete(endpoint);
+    this.#health!.delete(endpoint);
   }
 
-  /** Forgets endpoints that are gone from the service port. */
-  retain(endpoints: ReadonlySet<string>): void {
-    for (const [key, h] of this.#health) {
-      if (endpoints.has(key)) continue;
+  /** Forgets endpoints that are gone from the service port (`endpoints`: what it holds now). */
+  retain(endpoints: readonly { readonly key: string }[]): void {
+    const health = this.#health;
+    if (health === undefined || health.size === 0) return;
+    const keys = new Set(endpoints.map((e) => e.key));
+    for (const [key, h] of health) {
+      if (keys.has(key)) continue;
       if (h.ejectedUntilMs !== 0) this.#ejected--;
-      this.#health.delete(key);
+      health.delete(key);
     }
   }
 
   /** Endpoints ejected at `nowMs`, with when they return (for /debug/services). */
   ejected(nowMs: number): { endpoint: string; untilMs: number }[] {
     const out: { endpoint: string; untilMs: number }[] = [];
+    if (this.#health === undefined) return out;
     for (const [endpoint, h] of this.#health)
       if (h.ejectedUntilMs > nowMs) out.push({ endpoint, untilMs: h.ejectedUntilMs });
     return out;
+  }
+
+  /** The health of `endpoint`, made on its first failure. */
+  #healthOf(endpoint: string): Health {
+    this.#health ??= new Map();
+    let h = this.#health.get(endpoint);
+    if (h === undefined) {
+      h = { failures: 0, ejections: 0, ejectedUntilMs: 0 };
+      this.#health.set(endpoint, h);
+    }
+    return h;
   }
 }

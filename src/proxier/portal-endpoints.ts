@@ -8,30 +8,33 @@ import type { PortalEndpoints, PortalSpec } from './portal-programmer.ts';
 
 export type FamilyPortalEndpoints = PortalSpec['endpoints'];
 
-const NONE: PortalEndpoints = { any: false, cluster: false, local: false };
-export const NO_PORTAL_ENDPOINTS: FamilyPortalEndpoints = { IPv4: NONE, IPv6: NONE };
+/** Every combination of the three flags, by flagIndex: one shared object each. */
+const FLAGS: readonly PortalEndpoints[] = Array.from({ length: 8 }, (_, i) =>
+  Object.freeze({ any: (i & 4) !== 0, cluster: (i & 2) !== 0, local: (i & 1) !== 0 }),
+);
 
-/** The flags of `eps` (undefined: no endpoints), reusing `previous` when nothing flipped. */
-export function portalEndpoints(
-  eps: ServicePortEndpoints | undefined,
-  previous: FamilyPortalEndpoints = NO_PORTAL_ENDPOINTS,
-): FamilyPortalEndpoints {
+/**
+ * Every pair of family flags, by flagIndex(IPv4) * 8 + flagIndex(IPv6): a service port's are one of
+ * these 64 shared objects, not two of its own (0.1 KB per service port), and the same flags are the
+ * same object, so a flip is an identity check.
+ */
+const PAIRS: readonly FamilyPortalEndpoints[] = Array.from({ length: 64 }, (_, i) =>
+  Object.freeze({ IPv4: FLAGS[i >> 3]!, IPv6: FLAGS[i & 7]! }),
+);
+
+export const NO_PORTAL_ENDPOINTS: FamilyPortalEndpoints = PAIRS[0]!;
+
+/** The flags of `eps` (undefined: no endpoints): the same object for the same flags. */
+export function portalEndpoints(eps: ServicePortEndpoints | undefined): FamilyPortalEndpoints {
   if (eps === undefined) return NO_PORTAL_ENDPOINTS;
-  const v4 = familyFlags(eps, 'IPv4', previous.IPv4);
-  const v6 = familyFlags(eps, 'IPv6', previous.IPv6);
-  return v4 === previous.IPv4 && v6 === previous.IPv6 ? previous : { IPv4: v4, IPv6: v6 };
+  return PAIRS[flagIndex(eps, 'IPv4') * 8 + flagIndex(eps, 'IPv6')]!;
 }
 
-function familyFlags(
-  eps: ServicePortEndpoints,
-  family: IPFamily,
-  previous: PortalEndpoints,
-): PortalEndpoints {
+function flagIndex(eps: ServicePortEndpoints, family: IPFamily): number {
   const any = eps.all.some((ep) => ep.family === family && (ep.ready || (ep.serving && ep.terminating)));
   const cluster = hasFamily(eps.cluster, family);
   const local = hasFamily(eps.local, family);
-  if (any === previous.any && cluster === previous.cluster && local === previous.local) return previous;
-  return any || cluster || local ? { any, cluster, local } : NONE;
+  return (any ? 4 : 0) | (cluster ? 2 : 0) | (local ? 1 : 0);
 }
 
 function hasFamily(list: readonly Endpoint[], family: IPFamily): boolean {

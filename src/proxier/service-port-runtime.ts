@@ -98,6 +98,7 @@ type PolicyListener = { context: RelayContext; listener: ServicePortListener; pr
 type PortalListener = PolicyListener & { readonly spec: PortalListenerSpec };
 
 const NO_PORTAL_PORTS: ReadonlyMap<string, PortalPorts> = new Map();
+const NO_PORTAL_LISTENERS: ReadonlyMap<string, PortalListener> = new Map();
 
 export class ServicePortRuntime {
   servicePort: ServicePort;
@@ -110,8 +111,8 @@ export class ServicePortRuntime {
   /** Endpoints left out because they lead back to this proxy. */
   loopEndpoints: readonly EndpointKey[] = NO_KEYS;
   #local: PolicyListener | undefined;
-  /** By key (portalListenerKey). */
-  readonly #portalListeners = new Map<string, PortalListener>();
+  /** By key (portalListenerKey); the shared empty map until the first (most service ports have none). */
+  #portalListeners: ReadonlyMap<string, PortalListener> = NO_PORTAL_LISTENERS;
   /** Their ports by destination, for the rules; a new object whenever a listener comes or goes. */
   portalPorts: ReadonlyMap<string, PortalPorts> = NO_PORTAL_PORTS;
   /** The last endpoints handed over, to filter again when our listeners change. */
@@ -192,21 +193,23 @@ export class ServicePortRuntime {
       if (context !== undefined) wanted.set(spec.key, { spec, context });
     }
     let changed = false;
-    for (const [key, pl] of this.#portalListeners) {
+    if (wanted.size > 0 && this.#portalListeners === NO_PORTAL_LISTENERS) this.#portalListeners = new Map();
+    const listeners = this.#portalListeners as Map<string, PortalListener>;
+    for (const [key, pl] of listeners) {
       const want = wanted.get(key);
       if (want !== undefined && want.context === pl.context) continue;
-      this.#portalListeners.delete(key);
+      listeners.delete(key);
       await pl.listener.close();
       this.#deps.binder.release(pl.proxyPort);
       changed = true;
     }
     for (const [key, { spec, context }] of wanted) {
-      if (this.#portalListeners.has(key)) continue;
+      if (listeners.has(key)) continue;
       const { listener, port } = await this.#deps.binder.listen(context, key, undefined, spec.destination);
-      this.#portalListeners.set(key, { context, listener, proxyPort: port, spec });
+      listeners.set(key, { context, listener, proxyPort: port, spec });
       changed = true;
     }
-    if (changed) this.portalPorts = portalPortsOf(this.#portalListeners.values());
+    if (changed) this.portalPorts = portalPortsOf(listeners.values());
     return changed;
   }
 
@@ -262,7 +265,7 @@ export class ServicePortRuntime {
     }
     this.loopEndpoints = refused.size === 0 ? NO_KEYS : [...refused];
     if (changed) this.#retainPicks();
-    const flags = portalEndpoints(eps, this.endpoints);
+    const flags = portalEndpoints(eps);
     if (flags === this.endpoints) return false;
     this.endpoints = flags;
     return true;

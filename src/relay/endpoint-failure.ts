@@ -8,7 +8,7 @@ import type { Endpoint } from '../state/endpoint.ts';
 import { type ConnectFailureReason, connectErrorReason } from './close-reason.ts';
 import type { FdOperation, FdPressure } from './fd-pressure.ts';
 import type { ConnectAttempt } from './observer.ts';
-import type { ServicePortContext } from './service-context.ts';
+import { countConnectFailure, type ServicePortContext } from './service-context.ts';
 
 /** The connection or session a failure happened on. */
 export interface FailedConnection {
@@ -49,7 +49,7 @@ export function endpointFailed(
 ): ConnectFailureReason {
   const reason = connectErrorReason(err);
   const stats = conn.context.stats;
-  stats.connectFailures[reason] = (stats.connectFailures[reason] ?? 0) + 1;
+  countConnectFailure(stats, reason);
   conn.failedAttempts.push({ endpoint: endpoint.key, error: err.code ?? err.message });
   if (reason === 'fd-exhausted') {
     sink.fdPressure.exhausted(op, nowMs, err);

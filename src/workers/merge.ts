@@ -6,12 +6,10 @@ import type { ConnectionListing, ConnectionRecord } from '../trace/connection-ta
 /** `own` plus every other process's counters of the same service port (a new object; `own` is untouched). */
 export function mergeStats(own: ServicePortStats, others: readonly ServicePortStats[]): ServicePortStats {
   if (others.length === 0) return own;
-  const out: ServicePortStats = {
-    ...own,
-    connectFailures: { ...own.connectFailures },
-    picks: new Map(own.picks),
-    rejected: { ...own.rejected },
-  };
+  const connectFailures = { ...own.connectFailures };
+  const picks = new Map(own.picks);
+  const rejected = { ...own.rejected };
+  const out: ServicePortStats = { ...own, connectFailures, picks, rejected };
   for (const s of others) {
     out.accepted += s.accepted;
     out.active += s.active;
@@ -22,9 +20,9 @@ export function mergeStats(own: ServicePortStats, others: readonly ServicePortSt
     out.udpSessionsEvicted += s.udpSessionsEvicted;
     out.udpSessionsEndpointRemoved += s.udpSessionsEndpointRemoved;
     out.ejections += s.ejections;
-    addCounts(out.connectFailures, s.connectFailures);
-    addCounts(out.rejected, s.rejected);
-    for (const [k, n] of s.picks) out.picks.set(k, (out.picks.get(k) ?? 0) + n);
+    addCounts(connectFailures, s.connectFailures);
+    addCounts(rejected, s.rejected);
+    for (const [k, n] of s.picks) picks.set(k, (picks.get(k) ?? 0) + n);
   }
   return out;
 }

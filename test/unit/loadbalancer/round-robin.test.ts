@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { DEFAULT_OUTLIER_OPTIONS } from '../../../src/loadbalancer/outlier.ts';
 import { RoundRobinBalancer } from '../../../src/loadbalancer/round-robin.ts';
 import { ep } from '../../helpers/endpoints.ts';
+import { liveObjects } from '../../helpers/heap.ts';
 
 const A = ep('10.0.0.1', 80);
 const B = ep('10.0.0.2', 80);
@@ -127,4 +129,27 @@ test('turning affinity off forgets entries', () => {
   lb.setAffinity('None', 0);
   assert.equal(lb.stickyEntries, 0);
   assert.deepEqual([...counts(lb, 10, () => 'same').values()], [5, 5]);
+});
+
+test('an idle balancer holds no collection: the first ClientIP pick makes the affinity table, the first failure the health table', () => {
+  const N = 100;
+  const maps = liveObjects(Map);
+  const sets = liveObjects(Set);
+  const lbs = Array.from({ length: N }, () => {
+    const lb = new RoundRobinBalancer(Math.random, DEFAULT_OUTLIER_OPTIONS);
+    lb.setAffinity('ClientIP', 60);
+    lb.setEndpoints([A, B]);
+    lb.setEndpoints([B, A]);
+    lb.setEndpoints([A, B, C]);
+    return lb;
+  });
+  assert.equal(liveObjects(Map) - maps, 0, 'no Map per idle balancer');
+  assert.equal(liveObjects(Set) - sets, 0, 'no Set per idle balancer');
+  for (const lb of lbs) lb.pick('192.168.0.1', 0);
+  assert.equal(liveObjects(Map) - maps, N, 'one affinity table per balancer ClientIP affinity picked with');
+  for (const lb of lbs) lb.reportFailure(A, 0);
+  assert.equal(liveObjects(Map) - maps, 2 * N, 'and one health table per balancer with a failure');
+  for (const lb of lbs) lb.setAffinity('None', 0);
+  assert.equal(liveObjects(Map) - maps, N, 'affinity off: the table is let go');
+  assert.equal(lbs[0]!.stickyEntries, 0);
 });

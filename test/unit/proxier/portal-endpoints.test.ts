@@ -31,11 +31,13 @@ test('usable endpoints but an empty local list (DROP for the Local policy)', () 
   assert.deepEqual(got.IPv6, { any: true, cluster: true, local: false });
 });
 
-test('the previous value is returned while no flag flips, a new one when one does', () => {
+test('the same flags are the same object (shared by every service port), other flags another', () => {
   const first = portalEndpoints(eps({ all: [v4], cluster: [v4] }));
   const other = ep('10.0.0.3', 80);
-  assert.equal(portalEndpoints(eps({ all: [v4, other], cluster: [v4, other] }), first), first);
-  const emptied = portalEndpoints(eps({ all: [] }), first);
+  assert.equal(portalEndpoints(eps({ all: [v4, other], cluster: [v4, other] })), first);
+  assert.equal(portalEndpoints(eps({ all: [other], cluster: [other] })), first, 'another service port');
+  const emptied = portalEndpoints(eps({ all: [] }));
   assert.notEqual(emptied, first);
+  assert.equal(emptied, NO_PORTAL_ENDPOINTS);
   assert.equal(emptied.IPv4.any, false);
 });

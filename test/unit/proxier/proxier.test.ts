@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ProxyError } from '../../../src/lib/errors.ts';
 import { silentLogger } from '../../../src/lib/log.ts';
+import { DEFAULT_OUTLIER_OPTIONS } from '../../../src/loadbalancer/outlier.ts';
 import { LoopGuard, type OwnPortsOptions } from '../../../src/proxier/loop-guard.ts';
 import { PortAllocator } from '../../../src/proxier/port-allocator.ts';
 import type { PortalProgrammer, PortalSpec } from '../../../src/proxier/portal-programmer.ts';
@@ -23,6 +24,7 @@ import type { ServicePort, ServicePortKey } from '../../../src/state/service-por
 import type { Snapshot } from '../../../src/state/snapshot.ts';
 import { ep } from '../../helpers/endpoints.ts';
 import { FakeClock } from '../../helpers/fake-clock.ts';
+import { liveObjects } from '../../helpers/heap.ts';
 import { type PortalOptions, portal } from '../../helpers/portals.ts';
 
 const BASE = 30000;
@@ -668,6 +670,30 @@ const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
       assert.equal(after[0], before[0]);
       assert.notEqual(after[1], before[1]);
       assert.deepEqual(h.portals.calls.at(-1), { kind: 'update', full: false, keys: [keyOf('b')] });
+    },
+  },
+  {
+    name: 'idle service ports hold no collection of their own, and share their endpoint flags',
+    async run() {
+      const h = harness({ outlier: DEFAULT_OUTLIER_OPTIONS }, new Map(), 300);
+      const open = async (from: number, to: number) => {
+        for (let i = from; i < to; i++)
+          h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.1.${i}`] }), [
+            ep('10.0.0.1', 8080),
+            ep('10.0.0.2', 8080),
+          ]);
+        await h.sync();
+      };
+      await open(0, 1);
+      const maps = liveObjects(Map);
+      const sets = liveObjects(Set);
+      await open(1, 201);
+      assert.equal(h.proxier.status().length, 201);
+      // Balancers (affinity, health), counters (picks) and listeners of external destinations: none yet.
+      assert.ok(liveObjects(Map) - maps < 20, `${liveObjects(Map) - maps} Maps for 200 service ports`);
+      assert.ok(liveObjects(Set) - sets < 20, `${liveObjects(Set) - sets} Sets for 200 service ports`);
+      const [a, b] = h.proxier.status();
+      assert.equal(a?.portalEndpoints, b?.portalEndpoints, 'the same flags, one shared object');
     },
   },
 ];

@@ -9,18 +9,19 @@ test('mergeStats: every counter summed, maps and records by key; the own object 
   own.accepted = 5;
   own.active = 2;
   own.bytesFromClients = 100;
-  own.connectFailures.refused = 1;
-  own.picks.set('10.0.0.1:80', 5);
-  own.rejected.limit = 2;
+  own.connectFailures = { refused: 1 };
+  own.picks = new Map([['10.0.0.1:80', 5]]);
+  own.rejected = { limit: 2 };
   const w = newServicePortStats();
   w.accepted = 7;
   w.active = 1;
   w.bytesToClients = 50;
   w.noEndpoints = 3;
-  w.connectFailures.refused = 2;
-  w.connectFailures.timeout = 1;
-  w.picks.set('10.0.0.1:80', 4);
-  w.picks.set('10.0.0.2:80', 3);
+  w.connectFailures = { refused: 2, timeout: 1 };
+  w.picks = new Map([
+    ['10.0.0.1:80', 4],
+    ['10.0.0.2:80', 3],
+  ]);
   w.udpSessionsEvicted = 9;
   w.ejections = 1;
   const m = mergeStats(own, [w, w]);
