@@ -620,6 +620,22 @@ function onClientDrain(this: net.Socket): void {
   connOf(this)?.upstream?.resume();
 }
 
+const SERVER_OPTIONS: net.ServerOpts = { allowHalfOpen: true, pauseOnConnect: true, noDelay: true };
+
+/**
+ * A listener's listening socket, which leads to its listener: its handlers are functions shared by
+ * every listener of the process, not closures of each (a listener kept 0.6 KB of them: the connection
+ * closure, and listen()'s settled promise, which its permanent error handler held through its scope).
+ */
+class ListenerServer extends net.Server {
+  readonly listener: TcpListener;
+
+  constructor(listener: TcpListener, onConnection: (this: ListenerServer, socket: net.Socket) => void) {
+    super(SERVER_OPTIONS, onConnection);
+    this.listener = listener;
+  }
+}
+
 /** A listening TCP socket for one service port. */
 export class TcpListener implements KeepAliveSource, Sweepable {
   readonly server: net.Server;
@@ -640,9 +656,35 @@ export class TcpListener implements KeepAliveSource, Sweepable {
   readonly destination: OriginalDestination;
   #port = 0;
   #closed = false;
+  /** listen()'s promise while it binds; undefined once settled, so nothing keeps it. */
+  #binding: PromiseWithResolvers<void> | undefined;
   #limitLoggedMs = Number.NEGATIVE_INFINITY;
   #loopLoggedMs = Number.NEGATIVE_INFINITY;
   readonly #sweeper: Sweeper;
+
+  static readonly #accept = function (this: ListenerServer, socket: net.Socket): void {
+    this.listener.#onConnection(socket);
+  };
+
+  static readonly #onListening = function (this: ListenerServer): void {
+    const listener = this.listener;
+    listener.#port = (this.address() as net.AddressInfo).port;
+    const binding = listener.#binding;
+    listener.#binding = undefined;
+    binding?.resolve();
+  };
+
+  static readonly #onError = function (this: ListenerServer, err: NodeJS.ErrnoException): void {
+    const listener = this.listener;
+    const binding = listener.#binding;
+    // A failed bind is the caller's to report, once. After it, current libuv sheds EMFILE on accept
+    // itself (accepts and closes); an older one reports it here, as often as it retries.
+    if (binding !== undefined) {
+      listener.#binding = undefined;
+      binding.reject(err);
+    } else if (isFdExhausted(err)) listener.fdPressure.exhausted('accept', listener.now(), err);
+    else listener.log.error({ err, service: listener.context.name }, 'Listener error');
+  };
 
   constructor(
     context: ServicePortContext,
@@ -662,14 +704,10 @@ export class TcpListener implements KeepAliveSource, Sweepable {
     this.tcpFin = deps.tcpFin === null ? undefined : (deps.tcpFin ?? processTcpFin().calls);
     this.#sweeper = deps.sweeper ?? processSweeper;
     (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);
-    this.server = net.createServer(
-      {
-        allowHalfOpen: true,
-        pauseOnConnect: true,
-        noDelay: true,
-      },
-      (socket) => this.#onConnection(socket),
-    );
+    this.server = new ListenerServer(this, TcpListener.#accept);
+    // Permanent: adding and removing listeners turns the server's event table into a dictionary.
+    this.server.on('listening', TcpListener.#onListening);
+    this.server.on('error', TcpListener.#onError);
   }
 
   get port(): number {
@@ -690,24 +728,9 @@ export class TcpListener implements KeepAliveSource, Sweepable {
    * listener that does not also answer IPv4 (the NodePort of an IPv6-only Service).
    */
   listen(host: string, port: number, ipv6Only = false): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const onError = (err: Error) => {
-        this.server.off('listening', onListening);
-        reject(err);
-      };
-      const onListening = () => {
-        this.server.off('error', onError);
-        // Only now: a failed bind is the caller's to report, once. Current libuv sheds EMFILE on accept
-        // itself (accepts and closes); an older one reports it here, as often as it retries.
-        this.server.on('error', (err: NodeJS.ErrnoException) => {
-          if (isFdExhausted(err)) this.fdPressure.exhausted('accept', this.now(), err);
-          else this.log.error({ err, service: this.context.name }, 'Listener error');
-        });
-        this.#port = (this.server.address() as net.AddressInfo).port;
-        resolve();
-      };
-      this.server.once('error', onError);
-      this.server.once('listening', onListening);
+    const binding = Promise.withResolvers<void>();
+    this.#binding = binding;
+    try {
       this.server.listen({
         host,
         port,
@@ -716,7 +739,12 @@ export class TcpListener implements KeepAliveSource, Sweepable {
         ipv6Only,
         reusePort: this.options.reusePort === true,
       });
-    });
+    } catch (err) {
+      // Bad arguments throw at once (a bad port, a host that is no IP): a rejection all the same.
+      this.#binding = undefined;
+      binding.reject(err);
+    }
+    return binding.promise;
   }
 
   #onConnection(socket: net.Socket): void {

@@ -2,7 +2,9 @@
 // datagram the lookup builds no string (an address map of port maps: the `${address}|${port}` key it
 // replaces cost ~0.5 µs a datagram to build and hash), and the only write is the session's
 // lastActivityMs. Idle expiry is a hashed timing wheel: a session is looked at when its deadline's slot
-// comes round, not on every sweep, so a sweep costs what is due rather than every session.
+// comes round, not on every sweep, so a sweep costs what is due rather than every session. A table
+// without sessions holds no collection: the maps come with the first session, a wheel slot's set with
+// its first session and goes when a sweep leaves it empty (256 empty sets were 40 KB per UDP port).
 
 /** What the table needs of a session. */
 export interface UdpSessionEntry {
@@ -16,11 +18,14 @@ export interface UdpSessionEntry {
 /** Slots of the wheel: with 25 ms sweeps, 256 slots cover 6.4 s before a slot comes round again. */
 const WHEEL_SLOTS = 256;
 
+const NO_SESSIONS: ReadonlySet<never> = new Set();
+
 export class UdpSessionTable<S extends UdpSessionEntry> {
-  readonly #byAddress = new Map<string, Map<number, S>>();
+  #byAddress: Map<string, Map<number, S>> | undefined;
   /** Every session, oldest first (eviction looks at the oldest). */
-  readonly #all = new Set<S>();
-  readonly #wheel: Set<S>[] = Array.from({ length: WHEEL_SLOTS }, () => new Set<S>());
+  #all: Set<S> | undefined;
+  /** The slots, each a set while it holds sessions. */
+  #wheel: (Set<S> | undefined)[] | undefined;
   /** The wheel's granularity: the sweep interval. */
   readonly #tickMs: number;
   /** The last tick whose slot was swept; -1 before the first session. */
@@ -31,15 +36,17 @@ export class UdpSessionTable<S extends UdpSessionEntry> {
   }
 
   get size(): number {
-    return this.#all.size;
+    return this.#all?.size ?? 0;
   }
 
   get(address: string, port: number): S | undefined {
-    return this.#byAddress.get(address)?.get(port);
+    return this.#byAddress?.get(address)?.get(port);
   }
 
   /** Adds a session that expires `timeoutMs` after its lastActivityMs unless it is used again. */
   add(session: S, timeoutMs: number): void {
+    this.#byAddress ??= new Map();
+    this.#all ??= new Set();
     let ports = this.#byAddress.get(session.replyAddress);
     if (ports === undefined) {
       ports = new Map();
@@ -53,18 +60,18 @@ export class UdpSessionTable<S extends UdpSessionEntry> {
   }
 
   delete(session: S): void {
-    if (!this.#all.delete(session)) return;
-    const ports = this.#byAddress.get(session.replyAddress);
+    if (this.#all?.delete(session) !== true) return;
+    const ports = this.#byAddress!.get(session.replyAddress);
     if (ports !== undefined && ports.get(session.clientPort) === session) {
       ports.delete(session.clientPort);
-      if (ports.size === 0) this.#byAddress.delete(session.replyAddress);
+      if (ports.size === 0) this.#byAddress!.delete(session.replyAddress);
     }
-    this.#wheel[session.expirySlot]?.delete(session);
+    this.#wheel?.[session.expirySlot]?.delete(session);
   }
 
   /** Oldest first; deleting the visited session while iterating is allowed. */
   values(): IterableIterator<S> {
-    return this.#all.values();
+    return (this.#all ?? NO_SESSIONS).values();
   }
 
   /**
@@ -76,9 +83,11 @@ export class UdpSessionTable<S extends UdpSessionEntry> {
     const tick = Math.floor(nowMs / this.#tickMs);
     // Once round the wheel at most: more would look at the same slots again.
     const from = Math.max(this.#sweptTick + 1, tick - WHEEL_SLOTS + 1);
-    for (let t = from; t <= tick; t++) {
-      const slot = this.#wheel[slotOf(t)]!;
-      if (slot.size === 0) continue;
+    const wheel = this.#wheel;
+    for (let t = from; wheel !== undefined && t <= tick; t++) {
+      const index = slotOf(t);
+      const slot = wheel[index];
+      if (slot === undefined) continue;
       for (const s of slot) {
         const due = s.lastActivityMs + timeoutMs;
         if (nowMs >= due) expire(s);
@@ -86,6 +95,7 @@ export class UdpSessionTable<S extends UdpSessionEntry> {
         // Due later within this very tick: the next tick's slot, not this one a whole wheel later.
         else this.#move(s, slot, (t + 1) * this.#tickMs);
       }
+      if (slot.size === 0) wheel[index] = undefined;
     }
     this.#sweptTick = tick;
   }
@@ -93,15 +103,26 @@ export class UdpSessionTable<S extends UdpSessionEntry> {
   #place(session: S, dueMs: number): void {
     const slot = slotOf(Math.floor(dueMs / this.#tickMs));
     session.expirySlot = slot;
-    this.#wheel[slot]!.add(session);
+    this.#slot(slot).add(session);
   }
 
   #move(session: S, from: Set<S>, dueMs: number): void {
     const slot = slotOf(Math.floor(dueMs / this.#tickMs));
-    if (this.#wheel[slot] === from) return;
+    if (this.#wheel![slot] === from) return;
     from.delete(session);
     session.expirySlot = slot;
-    this.#wheel[slot]!.add(session);
+    this.#slot(slot).add(session);
+  }
+
+  /** The set of wheel slot `index`, made when it is first needed. */
+  #slot(index: number): Set<S> {
+    this.#wheel ??= new Array<Set<S> | undefined>(WHEEL_SLOTS).fill(undefined);
+    let slot = this.#wheel[index];
+    if (slot === undefined) {
+      slot = new Set();
+      this.#wheel[index] = slot;
+    }
+    return slot;
   }
 }
 

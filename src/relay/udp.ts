@@ -302,6 +302,15 @@ function endpointKeys(balancer: Balancer): Set<EndpointKey> {
   return keys;
 }
 
+const kListener = Symbol('kup.listener');
+
+/**
+ * A listener's service socket, which leads to its listener: its handlers are functions shared by every
+ * listener of the process, not closures of each (bind()'s callback and error handlers kept their scope).
+ * A property, not a subclass: dgram sockets are made by createSocket() only.
+ */
+type ListenerSocket = dgram.Socket & { [kListener]: UdpListener };
+
 /** The service socket of one UDP service port. */
 export class UdpListener implements Sweepable {
   readonly socket: dgram.Socket;
@@ -319,6 +328,36 @@ export class UdpListener implements Sweepable {
   context: ServicePortContext;
   #port = 0;
   #closed = false;
+  /** listen()'s promise while it binds; undefined once settled, so nothing keeps it. */
+  #binding: PromiseWithResolvers<void> | undefined;
+
+  static readonly #receive = function (this: ListenerSocket, msg: Buffer, rinfo: dgram.RemoteInfo): void {
+    this[kListener].#onMessage(msg, rinfo);
+  };
+
+  static readonly #onListening = function (this: ListenerSocket): void {
+    const listener = this[kListener];
+    listener.#port = this.address().port;
+    try {
+      this.setRecvBufferSize(listener.options.socketBufferBytes);
+      this.setSendBufferSize(listener.options.socketBufferBytes);
+    } catch {
+      // Capped or refused by the kernel limits; the defaults still work.
+    }
+    const binding = listener.#binding;
+    listener.#binding = undefined;
+    binding?.resolve();
+  };
+
+  static readonly #onError = function (this: ListenerSocket, err: Error): void {
+    const listener = this[kListener];
+    const binding = listener.#binding;
+    // A failed bind is the caller's to report (it retries, and logs once).
+    if (binding !== undefined) {
+      listener.#binding = undefined;
+      binding.reject(err);
+    } else listener.log.warn({ err, service: listener.context.name }, 'UDP socket error');
+  };
 
   constructor(
     context: ServicePortContext,
@@ -344,7 +383,11 @@ export class UdpListener implements Sweepable {
       reusePort: options.reusePort === true,
       ipv6Only,
     });
-    this.socket.on('message', (msg, rinfo) => this.#onMessage(msg, rinfo));
+    (this.socket as ListenerSocket)[kListener] = this;
+    this.socket.on('message', UdpListener.#receive);
+    // Permanent: adding and removing listeners turns the socket's event table into a dictionary.
+    this.socket.on('listening', UdpListener.#onListening);
+    this.socket.on('error', UdpListener.#onError);
   }
 
   get port(): number {
@@ -352,25 +395,16 @@ export class UdpListener implements Sweepable {
   }
 
   listen(host: string, port: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const onError = (err: Error) => reject(err);
-      this.socket.once('error', onError);
-      this.socket.bind({ address: host, port, exclusive: true }, () => {
-        this.socket.off('error', onError);
-        // Only now: a failed bind is the caller's to report (it retries, and logs once).
-        this.socket.on('error', (err) =>
-          this.log.warn({ err, service: this.context.name }, 'UDP socket error'),
-        );
-        this.#port = this.socket.address().port;
-        try {
-          this.socket.setRecvBufferSize(this.options.socketBufferBytes);
-          this.socket.setSendBufferSize(this.options.socketBufferBytes);
-        } catch {
-          // Capped or refused by the kernel limits; the defaults still work.
-        }
-        resolve();
-      });
-    });
+    const binding = Promise.withResolvers<void>();
+    this.#binding = binding;
+    try {
+      this.socket.bind({ address: host, port, exclusive: true });
+    } catch (err) {
+      // Bad arguments (or a second bind) throw at once: a rejection all the same.
+      this.#binding = undefined;
+      binding.reject(err);
+    }
+    return binding.promise;
   }
 
   #onMessage(msg: Buffer, rinfo: dgram.RemoteInfo): void {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { type UdpSessionEntry, UdpSessionTable } from '../../../src/relay/udp-session-table.ts';
+import { liveObjects } from '../../helpers/heap.ts';
 
 type S = UdpSessionEntry & { name: string };
 const session = (name: string, port: number, now: number, address = '10.0.0.1'): S => ({
@@ -115,4 +116,20 @@ test('a sweep looks at what is due, not at every session', () => {
   }
   assert.equal(reads, 0);
   assert.equal(t.size, 10_000);
+});
+
+test('a table without sessions holds no collection; a wheel slot holds a set only while it has sessions', () => {
+  const N = 50;
+  const sets = liveObjects(Set);
+  const maps = liveObjects(Map);
+  const tables = Array.from({ length: N }, () => new UdpSessionTable<S>(25));
+  assert.equal(liveObjects(Set) - sets, 0, 'no wheel of 256 empty sets per idle UDP service port');
+  assert.equal(liveObjects(Map) - maps, 0);
+  for (const [i, t] of tables.entries()) t.add(session(`s${i}`, 1000 + i, 0), 250);
+  // Each: every session, and one wheel slot; by address, and the address's ports.
+  assert.equal(liveObjects(Set) - sets, 2 * N);
+  assert.equal(liveObjects(Map) - maps, 2 * N);
+  for (const t of tables) run(t, 0, 1000, 25, 250);
+  assert.ok(tables.every((t) => t.size === 0));
+  assert.equal(liveObjects(Set) - sets, N, 'the swept slots let their sets go');
 });
