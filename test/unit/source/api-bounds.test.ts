@@ -3,13 +3,15 @@
 // value count of a page before it is parsed, which bound a page passes, and snippets safe to print.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { Response } from 'undici';
 import { DEFAULT_LIMITS } from '../../../src/source/api-limits.ts';
-import { snippet } from '../../../src/source/api-session.ts';
+import { readJson, snippet } from '../../../src/source/api-session.ts';
 import { Backoff, backoffDelay } from '../../../src/source/backoff.ts';
 import { JsonValueCounter } from '../../../src/source/json-values.ts';
 import { pageBounds } from '../../../src/source/list-pager.ts';
 import { LogLimiter } from '../../../src/source/log-limiter.ts';
 import { LineSplitter } from '../../../src/source/watch-lines.ts';
+import { collectGarbage } from '../../helpers/heap.ts';
 
 test('Backoff: a 410 storm keeps counting through successful lists; a quiet period starts over', () => {
   const b = new Backoff({ initialMs: 800, maxMs: 30_000, resetMs: 120_000 });
@@ -206,4 +208,39 @@ test('snippet: quoted, whitespace folded, every control, bidi and line-breaking 
     /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/,
   );
   assert.equal(typeof JSON.parse(got), 'string');
+});
+
+test("readJson: the body's bytes are not kept while it is read; a character split between chunks decodes", async () => {
+  const text = JSON.stringify({
+    items: Array.from({ length: 40 }, (_, i) => ({ name: `svc-${i}`, note: 'é€😀' })),
+  });
+  const bytes = Buffer.from(text, 'utf8');
+  // Chunks of 7 bytes: the multi-byte characters land across chunk boundaries.
+  const size = 7;
+  const handed: WeakRef<Uint8Array>[] = [];
+  let kept = 0;
+  let offset = 0;
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (offset >= bytes.length) {
+        // Every chunk handed over before this one: gone once read (not gathered for a join).
+        await collectGarbage();
+        kept = handed.filter((r) => r.deref() !== undefined).length;
+        controller.close();
+        return;
+      }
+      // A copy: a view of `bytes` would keep the whole buffer.
+      const chunk = new Uint8Array(bytes.subarray(offset, offset + size));
+      offset += size;
+      handed.push(new WeakRef(chunk));
+      controller.enqueue(chunk);
+    },
+  });
+  const res = new Response(body, { headers: { 'content-type': 'application/json' } });
+  const bounds = { maxBytes: 1 << 20, maxValues: 10_000, exceeded: () => new Error('bound') };
+  const { value, bytes: read } = await readJson(res, new URL('http://api/x'), bounds, () => {});
+  assert.deepEqual(value, JSON.parse(text));
+  assert.equal(read, bytes.length);
+  assert.ok(handed.length > 100);
+  assert.ok(kept <= 2, `${kept} of ${handed.length} chunks still held while reading`);
 });
