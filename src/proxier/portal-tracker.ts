@@ -45,7 +45,10 @@ export class PortalTracker {
     this.#changes.add(key);
   }
 
-  /** One running service port's portal; `heldNodePort` is the NodePort held for it, if any. */
+  /**
+   * One running service port's portal; `heldNodePort` is the NodePort held for it, if any. Kept for the
+   * next call only when rules are written (not in a worker process, nor with --no-iptables).
+   */
   portalOf(rt: ServicePortRuntime, heldNodePort: number | undefined): PortalSpec {
     const sp = rt.servicePort;
     // A NodePort someone else holds gets no rules: we must not hijack their traffic.
@@ -68,7 +71,7 @@ export class PortalTracker {
       endpoints: rt.endpoints,
       portalPorts: rt.portalPorts,
     };
-    this.#cache.set(sp.key, portal);
+    if (this.enabled) this.#cache.set(sp.key, portal);
     return portal;
   }
 

@@ -14,7 +14,7 @@ import type { BackoffPolicy } from './backoff.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import { check, Intake, type Kind, type KubeObject } from './intake.ts';
 import type { EndpointSlice, Node } from './objects.ts';
-import { type ApiObject, keepMeta, Reflector, type Resource, type Sink, type Timing } from './reflector.ts';
+import { type ApiObject, Reflector, type Resource, type Sink, type Timing } from './reflector.ts';
 
 export { loadKubeConfig } from './api-session.ts';
 
@@ -55,8 +55,8 @@ const SELECTION_LABELS = [LABEL_SERVICE_PROXY_NAME, LABEL_HEADLESS, LABEL_SERVIC
  * address type. The state keeps its own parsed form of the rest.
  */
 export function keepSelection(obj: ApiObject): ApiObject {
-  const kept = keepMeta(obj);
-  const labels = obj.metadata?.labels;
+  const meta = obj.metadata;
+  const labels = meta?.labels;
   let selection: Record<string, string> | undefined;
   if (labels !== undefined && labels !== null) {
     for (const name of SELECTION_LABELS) {
@@ -66,9 +66,18 @@ export function keepSelection(obj: ApiObject): ApiObject {
       selection[name] = value;
     }
   }
-  if (selection !== undefined) kept.metadata!.labels = selection;
-  const addressType = (obj as EndpointSlice).addressType;
-  if (addressType !== undefined) (kept as EndpointSlice).addressType = addressType;
+  // One literal with every field (some undefined): properties added later take a block of their own.
+  const kept: EndpointSlice = {
+    kind: obj.kind,
+    apiVersion: obj.apiVersion,
+    metadata: {
+      namespace: meta?.namespace,
+      name: meta?.name,
+      resourceVersion: meta?.resourceVersion,
+      labels: selection,
+    },
+    addressType: (obj as EndpointSlice).addressType,
+  };
   return kept;
 }
 

@@ -38,7 +38,7 @@ export function shouldSkipService(svc: Service): boolean {
  * source ranges are kept only for the families the Service has cluster IPs for (kube-proxy runs one
  * proxier per family, and the other family's has no entry for the Service).
  */
-export function servicePortsFromService(svc: Service, warn: Warn): ServicePort[] {
+export function servicePortsFromService(svc: Service, warn: Warn): readonly ServicePort[] {
   const spec = svc.spec;
   if (spec === undefined || shouldSkipService(svc)) return [];
   const namespace = svc.metadata?.namespace ?? '';
@@ -63,11 +63,13 @@ export function servicePortsFromService(svc: Service, warn: Warn): ServicePort[]
   const otherFamily = [...allExternalIPs, ...allLBIPs].filter((ip) => !inFamilies(ip));
   if (otherFamily.length > 0)
     warn('Service IPs of a family without a cluster IP ignored', { service, ips: otherFamily });
-  const externalIPs = allExternalIPs.filter(inFamilies);
-  const lbIPs = allLBIPs.filter(inFamilies);
-  const sourceRanges = (spec.loadBalancerSourceRanges ?? [])
-    .map((r) => (typeof r === 'string' ? r.trim() : ''))
-    .filter((r) => isValidCIDR(r) && inFamilies(r.slice(0, r.indexOf('/'))));
+  const externalIPs = kept(allExternalIPs.filter(inFamilies));
+  const lbIPs = kept(allLBIPs.filter(inFamilies));
+  const sourceRanges = kept(
+    (spec.loadBalancerSourceRanges ?? [])
+      .map((r) => (typeof r === 'string' ? r.trim() : ''))
+      .filter((r) => isValidCIDR(r) && inFamilies(r.slice(0, r.indexOf('/')))),
+  );
 
   const type = spec.type ?? 'ClusterIP';
   const clientIP = spec.sessionAffinity === 'ClientIP';
@@ -129,11 +131,21 @@ export function servicePortsFromService(svc: Service, warn: Warn): ServicePort[]
       proxyProtocol,
     });
   }
-  return out;
+  return kept(out);
+}
+
+const NONE: readonly never[] = Object.freeze([]);
+
+/**
+ * A list that lives as long as its service ports: the shared empty one, else a copy of its length
+ * (filter and push leave room for 17 or more: 150 bytes for a list of one, per Service and list).
+ */
+function kept<T>(list: T[]): readonly T[] {
+  return list.length === 0 ? NONE : list.slice();
 }
 
 /** Valid cluster IPs, canonical, primary first, at most one per family (spec.clusterIPs, else clusterIP). */
-export function clusterIPsOf(svc: Service): string[] {
+export function clusterIPsOf(svc: Service): readonly string[] {
   const spec = svc.spec;
   const listed =
     spec?.clusterIPs !== undefined && spec.clusterIPs.length > 0 ? spec.clusterIPs : [spec?.clusterIP];
@@ -145,7 +157,7 @@ export function clusterIPsOf(svc: Service): string[] {
     families.add(family);
     out.push(canonicalIP(ip!));
   }
-  return out;
+  return kept(out);
 }
 
 /** True when the two lists hold equal service ports in the same order (every field compared). */

@@ -25,7 +25,7 @@ function svc(spec: Partial<Spec> = {}, extra: Partial<Service> = {}): Service {
   };
 }
 
-function build(s: Service): { ports: ServicePort[]; warnings: string[] } {
+function build(s: Service): { ports: readonly ServicePort[]; warnings: string[] } {
   const warnings: string[] = [];
   const ports = servicePortsFromService(s, (msg) => warnings.push(msg));
   return { ports, warnings };
@@ -261,4 +261,16 @@ test('sameServicePorts compares every field', () => {
   assert.ok(!sameServicePorts(a, build(svc({ externalIPs: ['192.0.2.1'] })).ports));
   assert.ok(!sameServicePorts(a, build(svc({ sessionAffinity: 'ClientIP' })).ports));
   assert.ok(!sameServicePorts(a, []));
+});
+
+test('empty lists are one shared frozen list, not one per Service', () => {
+  const a = build(svc()).ports[0]!;
+  const b = build(svc({ clusterIP: '10.0.0.2' })).ports[0]!;
+  for (const field of ['externalIPs', 'loadBalancerIPs', 'loadBalancerSourceRanges'] as const) {
+    assert.deepEqual(a[field], []);
+    assert.equal(a[field], b[field], field);
+    assert.ok(Object.isFrozen(a[field]), field);
+  }
+  assert.deepEqual(build(svc({ ports: [] })).ports, []);
+  assert.deepEqual(b.clusterIPs, ['10.0.0.2']);
 });
