@@ -1,8 +1,7 @@
 // The events every source (kubernetes, manifest) produces, named as kube-proxy's config handlers are.
 // A source calls these in order; the state module implements them. No I/O here. An update's old object
-// and a delete's object may be only what the source kept of it: its name, resourceVersion and the
-// labels that select it (kubernetes.ts keepSelection); a handler keeps what it needs of an added or
-// updated object itself.
+// and a delete's object may be only what the source kept of it: its kind, namespace, name and
+// resourceVersion (reflector.ts); a handler keeps what it needs of an added or updated object itself.
 import type { EndpointSlice, Node, Service } from './objects.ts';
 
 export interface ServiceHandler {

@@ -2,18 +2,13 @@
 // and this Node) feeding the intake, which hands the handlers validated, selected objects. Reflection
 // (list, watch, recovery) is reflector.ts; the kubeconfig and requests are api-session.ts.
 import type { KubeConfig } from '@kubernetes/client-node';
-import {
-  LABEL_HEADLESS,
-  LABEL_SERVICE_NAME,
-  LABEL_SERVICE_PROXY_NAME,
-  PROXY_LABEL_SELECTOR,
-} from '../lib/kubernetes-labels.ts';
+import { PROXY_LABEL_SELECTOR } from '../lib/kubernetes-labels.ts';
 import type { Logger } from '../lib/log.ts';
 import { DEFAULT_LIMITS, type Limits } from './api-limits.ts';
 import type { BackoffPolicy } from './backoff.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import { check, Intake, type Kind, type KubeObject } from './intake.ts';
-import type { EndpointSlice, Node } from './objects.ts';
+import type { Node } from './objects.ts';
 import { type ApiObject, Reflector, type Resource, type Sink, type Timing } from './reflector.ts';
 
 export { loadKubeConfig } from './api-session.ts';
@@ -46,54 +41,17 @@ const DEFAULT_WATCHDOG_MS = 5 * 60_000;
 const DEFAULT_BACKOFF: NonNullable<KubernetesSourceOptions['backoff']> = { initialMs: 800, maxMs: 30_000 };
 const DEFAULT_PAGE_SIZE = 500;
 
-/** The labels the intake selects by (isProxied) and the state files a slice under (sliceServiceKey). */
-const SELECTION_LABELS = [LABEL_SERVICE_PROXY_NAME, LABEL_HEADLESS, LABEL_SERVICE_NAME] as const;
-
-/**
- * What the reflectors keep of a Service or EndpointSlice: what the intake and the state read of an
- * update's `old` and of a delete's object — its name and version, the selection labels and a slice's
- * address type. The state keeps its own parsed form of the rest.
- */
-export function keepSelection(obj: ApiObject): ApiObject {
-  const meta = obj.metadata;
-  const labels = meta?.labels;
-  let selection: Record<string, string> | undefined;
-  if (labels !== undefined && labels !== null) {
-    for (const name of SELECTION_LABELS) {
-      const value = labels[name];
-      if (value === undefined) continue;
-      selection ??= {};
-      selection[name] = value;
-    }
-  }
-  // One literal with every field (some undefined): properties added later take a block of their own.
-  const kept: EndpointSlice = {
-    kind: obj.kind,
-    apiVersion: obj.apiVersion,
-    metadata: {
-      namespace: meta?.namespace,
-      name: meta?.name,
-      resourceVersion: meta?.resourceVersion,
-      labels: selection,
-    },
-    addressType: (obj as EndpointSlice).addressType,
-  };
-  return kept;
-}
-
 const SERVICES: Resource = {
   kind: 'Service',
   apiVersion: 'v1',
   path: '/api/v1/services',
   labelSelector: PROXY_LABEL_SELECTOR,
-  keep: keepSelection,
 };
 const ENDPOINT_SLICES: Resource = {
   kind: 'EndpointSlice',
   apiVersion: 'discovery.k8s.io/v1',
   path: '/apis/discovery.k8s.io/v1/endpointslices',
   labelSelector: PROXY_LABEL_SELECTOR,
-  keep: keepSelection,
 };
 const NODES: Resource = { kind: 'Node', apiVersion: 'v1', path: '/api/v1/nodes' };
 

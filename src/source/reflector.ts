@@ -2,7 +2,7 @@
 // forever, and hands each change to its sink as an add, update or delete against its own cache.
 // Self-healing: 410 → relist, backoff with jitter that only a quiet period resets, a watchdog on silent
 // connections, a periodic full relist; every answer read within bounds (api-limits.ts). It knows nothing
-// of what the objects mean and keeps only what its resource says of each (`keep`), never the object the
+// of what the objects mean and keeps only the name and resourceVersion of each, never the object the
 // sink was handed; nothing reaches the sink after stop().
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ProxyError } from '../lib/errors.ts';
@@ -37,18 +37,13 @@ export type Resource = {
   path: string;
   labelSelector?: string;
   fieldSelector?: string;
-  /**
-   * What the cache keeps of each object (default keepMeta: kind, apiVersion, namespace, name and
-   * resourceVersion): the `old` of an update and the object of a delete a relist finds. Whatever else
-   * the sink needs of an object it takes when handed it: the objects themselves are not kept.
-   */
-  keep?: (obj: ApiObject) => ApiObject;
 };
 
 export type Sink = {
   /**
-   * One change. `old` is what the cache kept of the version an update replaces (Resource.keep); a
-   * delete that a relist finds hands over only that too. A throw is logged, never fatal.
+   * One change. `old`, of the version an update replaces, has only kind, apiVersion and metadata's
+   * namespace, name and resourceVersion: all the cache keeps. So has the object of a delete a relist
+   * finds. A throw is logged, never fatal.
    */
   receive(op: 'add' | 'update' | 'delete', obj: ApiObject, old?: ApiObject): void;
   /** After the first complete list. */
@@ -98,12 +93,11 @@ export class Reflector {
   readonly #limits: Limits;
   readonly #backoff: Backoff;
   readonly #warnings = new LogLimiter(WARN_BURST, WARN_WINDOW_MS);
-  readonly #keep: (obj: ApiObject) => ApiObject;
   /**
-   * What `keep` made of each object as last delivered, keyed `namespace/name`: a full copy of every
-   * Service and EndpointSlice was 1.7 KB per service port, for a resourceVersion and a name.
+   * The resourceVersion of each object as last delivered, keyed `namespace/name`: what a relist
+   * compares. A full copy of every Service and EndpointSlice was 1.7 KB per service port.
    */
-  readonly #cache = new Map<string, ApiObject>();
+  readonly #cache = new Map<string, string | undefined>();
   /** Where the next watch starts; undefined = list first. */
   #rv: string | undefined;
   #listed = false;
@@ -132,7 +126,6 @@ export class Reflector {
     this.#timing = timing;
     this.#limits = limits;
     this.#backoff = new Backoff(timing.backoff);
-    this.#keep = resource.keep ?? keepMeta;
   }
 
   start(): void {
@@ -211,23 +204,24 @@ export class Reflector {
     let added = 0;
     let updated = 0;
     let deleted = 0;
-    for (const [key, old] of this.#cache) {
+    for (const [key, rv] of this.#cache) {
       if (listed.has(key)) continue;
       this.#cache.delete(key);
       deleted++;
-      this.#emit('delete', old);
+      this.#emit('delete', this.#stub(key, rv));
       if (yielder.due) await yielder.turn();
     }
     for (const [key, obj] of listed) {
-      const old = this.#cache.get(key);
-      if (old !== undefined && !changed(old, obj)) continue;
-      this.#cache.set(key, this.#keep(obj));
-      if (old === undefined) {
+      const known = this.#cache.has(key);
+      const rv = this.#cache.get(key);
+      if (known && !changed(rv, obj)) continue;
+      this.#cache.set(key, obj.metadata?.resourceVersion);
+      if (!known) {
         added++;
         this.#emit('add', obj);
       } else {
         updated++;
-        this.#emit('update', obj, old);
+        this.#emit('update', obj, this.#stub(key, rv));
       }
       if (yielder.due) await yielder.turn();
     }
@@ -343,8 +337,8 @@ export class Reflector {
     const obj = this.#accept(object, `${type} event`);
     if (obj === undefined) return 'unusable';
     const key = keyOf(obj);
-    const old = this.#cache.get(key);
-    if (type !== 'DELETED' && old === undefined && this.#cache.size >= this.#limits.maxListItems) {
+    const known = this.#cache.has(key);
+    if (type !== 'DELETED' && !known && this.#cache.size >= this.#limits.maxListItems) {
       // A list holds at most maxListItems; so does what the watch makes of it. Relisting (with backoff:
       // this is a failure) reconciles, or fails at the list's own bound if the collection is that large.
       this.#rv = undefined;
@@ -356,16 +350,33 @@ export class Reflector {
     if (type === 'DELETED') {
       this.#cache.delete(key);
       this.#emit('delete', obj);
-    } else if (old === undefined) {
-      this.#cache.set(key, this.#keep(obj));
+    } else if (!known) {
+      this.#cache.set(key, obj.metadata?.resourceVersion);
       this.#emit('add', obj);
-    } else if (changed(old, obj)) {
-      this.#cache.set(key, this.#keep(obj));
-      this.#emit('update', obj, old);
+    } else {
+      const rv = this.#cache.get(key);
+      if (changed(rv, obj)) {
+        this.#cache.set(key, obj.metadata?.resourceVersion);
+        this.#emit('update', obj, this.#stub(key, rv));
+      }
     }
     const rv = obj.metadata?.resourceVersion;
     if (typeof rv === 'string' && rv !== '') this.#rv = rv;
     return 'event';
+  }
+
+  /** What the cache knows of the object at `key`: its kind, name and resourceVersion. */
+  #stub(key: string, resourceVersion: string | undefined): ApiObject {
+    const slash = key.indexOf('/');
+    return {
+      kind: this.#resource.kind,
+      apiVersion: this.#resource.apiVersion,
+      metadata: {
+        namespace: slash === 0 ? undefined : key.slice(0, slash),
+        name: key.slice(slash + 1),
+        resourceVersion,
+      },
+    };
   }
 
   /** A warning the API server's answers can repeat without end: rate-limited per message. */
@@ -478,22 +489,12 @@ class Watchdog {
   }
 }
 
-/** The default Resource.keep: what identifies an object and its version. */
-export function keepMeta(obj: ApiObject): ApiObject {
-  const meta = obj.metadata;
-  return {
-    kind: obj.kind,
-    apiVersion: obj.apiVersion,
-    metadata: { namespace: meta?.namespace, name: meta?.name, resourceVersion: meta?.resourceVersion },
-  };
-}
-
 function keyOf(obj: ApiObject): string {
   return `${obj.metadata?.namespace ?? ''}/${obj.metadata?.name ?? ''}`;
 }
 
 /** resourceVersions are opaque: equal means unchanged; a missing one always counts as a change. */
-function changed(old: ApiObject, obj: ApiObject): boolean {
+function changed(oldRv: string | undefined, obj: ApiObject): boolean {
   const rv = obj.metadata?.resourceVersion;
-  return rv === undefined || rv !== old.metadata?.resourceVersion;
+  return rv === undefined || rv !== oldRv;
 }

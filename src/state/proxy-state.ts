@@ -146,9 +146,11 @@ export class ProxyState implements ProxyHandlers {
     this.#upsertSlice(slice);
   }
 
+  /** `slice` may have only its name (what a source kept of it): the cache knows whose it was. */
   onEndpointSliceDelete(slice: EndpointSlice): void {
-    if (sliceServiceKey(slice) !== undefined) this.#endpointChangesTotal++;
-    this.#sliceChanged(this.#slices.delete(slice), undefined);
+    const services = this.#slices.delete(slice);
+    if (services.length > 0 || sliceServiceKey(slice) !== undefined) this.#endpointChangesTotal++;
+    this.#sliceChanged(services, undefined);
   }
 
   onEndpointSlicesSynced(): void {
