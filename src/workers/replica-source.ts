@@ -42,17 +42,23 @@ export class ReplicaSource implements SnapshotSource {
       this.#all.clear();
       this.#endpoints.clear();
     }
+    // Keyed by the service port's own key string: each key came over the channel as a copy of its own.
     for (const [key, sp] of table.servicePorts) {
       if (sp === null) this.#all.delete(key);
-      else this.#all.set(key, sp);
-      this.#changedServicePorts.add(key);
+      else this.#all.set(sp.key, sp);
+      this.#changedServicePorts.add(this.#keyOf(key));
     }
     for (const [key, eps] of table.endpoints) {
       if (eps === null) this.#endpoints.delete(key);
-      else this.#endpoints.set(key, eps);
-      this.#changedEndpoints.add(key);
+      else this.#endpoints.set(this.#keyOf(key), eps);
+      this.#changedEndpoints.add(this.#keyOf(key));
     }
     if (table.ports !== undefined) this.#setPorts(table.ports, table.full);
+  }
+
+  /** `key` as its service port's own string when the service port is known. */
+  #keyOf(key: ServicePortKey): ServicePortKey {
+    return this.#all.get(key)?.key ?? key;
   }
 
   /**
@@ -87,7 +93,7 @@ export class ReplicaSource implements SnapshotSource {
     for (const key of changed) {
       const sp = this.#all.get(key);
       // A moved one is hidden for this checkout (its old listeners close) and comes back in the next.
-      if (sp !== undefined && this.ports.has(key) && !reopen.has(key)) this.#visible.set(key, sp);
+      if (sp !== undefined && this.ports.has(key) && !reopen.has(key)) this.#visible.set(sp.key, sp);
       else this.#visible.delete(key);
     }
     for (const key of reopen) this.#changedServicePorts.add(key);

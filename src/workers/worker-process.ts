@@ -16,6 +16,7 @@ import { type ConnectionFilter, ConnectionTable } from '../trace/connection-tabl
 import { createTracer, type Subscription, type Tracer } from '../trace/tracer.ts';
 import type { FromWorker, InitMessage, ToWorker } from './messages.ts';
 import { ReplicaSource } from './replica-source.ts';
+import { TableReviver } from './revive.ts';
 
 /** How often a worker retries the service ports it could not open (the main process's sync period). */
 const RETRY_MS = 5_000;
@@ -23,6 +24,7 @@ const RETRY_MS = 5_000;
 class Worker {
   readonly #log: Logger;
   readonly #replica = new ReplicaSource();
+  readonly #reviver = new TableReviver();
   readonly proxier: Proxier;
   readonly #connections: ConnectionTable;
   readonly #tracer: Tracer;
@@ -83,7 +85,7 @@ class Worker {
     switch (msg.t) {
       case 'table':
         if (this.#draining) return;
-        this.#replica.apply(msg);
+        this.#replica.apply(this.#reviver.revive(msg));
         this.#sync(false);
         return;
       case 'stats':
