@@ -6,6 +6,7 @@
 // sink was handed; nothing reaches the sink after stop().
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ProxyError } from '../lib/errors.ts';
+import { flat } from '../lib/flat-string.ts';
 import type { Logger } from '../lib/log.ts';
 import { Yielder } from '../lib/yielder.ts';
 import { DEFAULT_LIMITS, type Limits } from './api-limits.ts';
@@ -490,7 +491,7 @@ class Watchdog {
 }
 
 function keyOf(obj: ApiObject): string {
-  return `${obj.metadata?.namespace ?? ''}/${obj.metadata?.name ?? ''}`;
+  return flat(obj.metadata?.namespace ?? '', '/', obj.metadata?.name ?? '');
 }
 
 /** resourceVersions are opaque: equal means unchanged; a missing one always counts as a change. */

@@ -1,6 +1,7 @@
 // EndpointSliceCache: the EndpointSlices of each Service, kept by slice name, merged into endpoints per
 // service port (kube-proxy's endpointslicecache.go). Pure: no I/O, no clock.
 
+import { flat } from '../lib/flat-string.ts';
 import { canonicalIP, ipFamilyOf } from '../lib/ip.ts';
 import { LABEL_SERVICE_NAME } from '../lib/kubernetes-labels.ts';
 import type { EndpointSlice, EndpointSliceEndpoint } from '../source/objects.ts';
@@ -18,7 +19,7 @@ import {
 export type ServiceKey = string & { readonly __brand: 'ServiceKey' };
 
 export function serviceKey(namespace: string, name: string): ServiceKey {
-  return `${namespace}/${name}` as ServiceKey;
+  return flat(namespace, '/', name) as ServiceKey;
 }
 
 /**
@@ -80,23 +81,23 @@ export class EndpointSliceCache {
     const service = sliceServiceKey(slice);
     if (service === undefined) return this.delete(slice);
     const sliceName = slice.metadata!.name!;
-    const id = `${slice.metadata!.namespace}/${sliceName}`;
+    const id = flat(slice.metadata!.namespace!, '/', sliceName);
     const info = parseSlice(sliceName, slice, this.#nodeName);
     const changed: ServiceKey[] = [];
     const owner = this.#owners.get(id);
     if (owner !== undefined && owner !== service) changed.push(...this.delete(slice));
-    let slices = this.#services.get(service);
-    if (slices === undefined) {
-      slices = [];
-      this.#services.set(service, slices);
-    }
-    const at = indexOf(slices, sliceName);
-    const stored = slices[at];
+    const slices = this.#services.get(service);
+    const at = slices === undefined ? 0 : indexOf(slices, sliceName);
+    const stored = slices?.[at];
     if (stored?.name === sliceName) {
       if (sameSliceInfo(stored, info)) return changed;
-      slices[at] = info;
+      slices![at] = info;
     } else {
-      slices.splice(at, 0, info);
+      // A new list of its length (an insert into [] leaves room for 17).
+      this.#services.set(
+        service,
+        slices === undefined ? [info] : [...slices.slice(0, at), info, ...slices.slice(at)],
+      );
     }
     this.#owners.set(id, service);
     changed.push(service);
@@ -110,8 +111,9 @@ export class EndpointSliceCache {
     if (owner === undefined) return [];
     this.#owners.delete(id);
     const slices = this.#services.get(owner)!;
-    slices.splice(indexOf(slices, slice.metadata!.name!), 1);
-    if (slices.length === 0) this.#services.delete(owner);
+    const at = indexOf(slices, slice.metadata!.name!);
+    if (slices.length === 1) this.#services.delete(owner);
+    else this.#services.set(owner, [...slices.slice(0, at), ...slices.slice(at + 1)]);
     return [owner];
   }
 

@@ -1,12 +1,12 @@
 // Endpoint: one usable backend address of a service port, as merged from EndpointSlices. Pure data.
-import { joinHostPort } from '../lib/host-port.ts';
+import { flat } from '../lib/flat-string.ts';
 import type { IPFamily } from './service-port.ts';
 
 /** `ip:port`, IPv6 in brackets (`[fd00::1]:80`), as net.JoinHostPort writes it. */
 export type EndpointKey = string & { readonly __brand: 'EndpointKey' };
 
 export function endpointKey(ip: string, port: number): EndpointKey {
-  return joinHostPort(ip, port) as EndpointKey;
+  return (ip.includes(':') ? flat('[', ip, ']:', port) : flat(ip, ':', port)) as EndpointKey;
 }
 
 export type Endpoint = {

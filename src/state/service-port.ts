@@ -7,6 +7,7 @@ export type SessionAffinity = 'None' | 'ClientIP';
 export type { ProxyProtocolMode, TraceMode } from '../config/config.ts';
 
 import type { ProxyProtocolMode, TraceMode } from '../config/config.ts';
+import { flat } from '../lib/flat-string.ts';
 import { sameList } from '../lib/lists.ts';
 
 /** `namespace/name:portName` — kube-proxy's ServicePortName string (portName may be empty: `ns/name:`). */
@@ -15,11 +16,11 @@ export type ServicePortName = string & { readonly __brand: 'ServicePortName' };
 export type ServicePortKey = string & { readonly __brand: 'ServicePortKey' };
 
 export function servicePortName(namespace: string, name: string, portName: string): ServicePortName {
-  return `${namespace}/${name}:${portName}` as ServicePortName;
+  return flat(namespace, '/', name, ':', portName) as ServicePortName;
 }
 
 export function servicePortKey(name: ServicePortName, protocol: Protocol): ServicePortKey {
-  return `${name}/${protocol}` as ServicePortKey;
+  return flat(name, '/', protocol) as ServicePortKey;
 }
 
 /** The name and protocol of a key built by servicePortKey. */
