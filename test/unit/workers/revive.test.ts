@@ -72,7 +72,12 @@ test('a revived table holds less than the clone it came as (properties in line, 
   };
   const wire = serialize(table(n));
   const reviver = new TableReviver();
-  const cloned = await bytes(() => deserialize(wire));
-  const revived = await bytes(() => reviver.revive(deserialize(wire) as TableMessage));
+  // The median of three: what the rest of the process frees meanwhile counts against one reading.
+  const median = async (make: () => unknown) => {
+    const readings = [await bytes(make), await bytes(make), await bytes(make)];
+    return readings.sort((x, y) => x - y)[1]!;
+  };
+  const cloned = await median(() => deserialize(wire));
+  const revived = await median(() => reviver.revive(deserialize(wire) as TableMessage));
   assert.ok(revived < 0.85 * cloned, `revived ${revived} bytes, cloned ${cloned}`);
 });
