@@ -35,7 +35,11 @@ export function loadTcpFin(env: NodeJS.ProcessEnv = process.env): TcpFinSupport 
   const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'tcp_fin.node');
   try {
     const calls = createRequire(import.meta.url)(file) as TcpFinCalls;
-    if (typeof calls.peekEnd !== 'function' || typeof calls.shutdownWrite !== 'function')
+    if (
+      typeof calls.peekEnd !== 'function' ||
+      typeof calls.shutdownWrite !== 'function' ||
+      typeof calls.setCork !== 'function'
+    )
       return { error: `${file} is not the tcp_fin addon` };
     return { calls };
   } catch (err) {
@@ -64,12 +68,14 @@ export function socketFd(socket: net.Socket): number {
 }
 
 /**
- * Whether `chunk`, just read from `from`, is the last thing before the peer's FIN: a read that did not
- * fill the buffer drained the socket, so a FIN already there is next. Descriptors are read at each use,
- * never kept: a destroyed socket's number may already belong to another connection.
+ * Whether `chunk`, just emitted by `from`, is the last thing before the peer's FIN: nothing is left in
+ * Node's buffer behind it (a socket paused by backpressure goes on reading into that buffer, the EOF
+ * included, and emits the chunks one by one when resumed), and the kernel holds the FIN next: a read
+ * that did not fill the buffer drained the socket. Descriptors are read at each use, never kept: a
+ * destroyed socket's number may already belong to another connection.
  */
 export function endFollows(calls: TcpFinCalls, from: net.Socket, chunk: Buffer): boolean {
-  if (chunk.length >= FULL_READ) return false;
+  if (chunk.length >= FULL_READ || from.readableLength !== 0) return false;
   const fd = socketFd(from);
   return fd >= 0 && calls.peekEnd(fd) === 1;
 }

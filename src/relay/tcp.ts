@@ -404,7 +404,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
       this.abort('stalled');
       return;
     }
-    if (probe && !client.writableEnded) client.write(EMPTY);
+    // Not after our FIN went with the endpoint's last bytes (tcp-fin.ts): Node does not know of it.
+    if (probe && !client.writableEnded && !this.clientFinSent) client.write(EMPTY);
   }
 
   /** Both sockets are gone: account once. */

@@ -92,3 +92,26 @@ test('the calls answer -errno on a descriptor that is not a socket, and do not t
   assert.ok(calls.shutdownWrite(1_000_000) < 0);
   assert.ok(calls.setCork(1_000_000, 1) < 0);
 });
+
+test('endFollows: never while Node still holds bytes of that socket behind the chunk (paused by backpressure)', async (t) => {
+  let peeks = 0;
+  const counting: TcpFinCalls = {
+    peekEnd: () => {
+      peeks++;
+      return 1;
+    },
+    shutdownWrite: () => 0,
+    setCork: () => 0,
+  };
+  const [reader, peer] = await pair(t);
+  // A paused socket that Node reads anyway (as the relay's endpoint socket while the client does not
+  // read): its buffer holds the rest of the answer, and the EOF, while the kernel holds only the FIN.
+  reader.pause();
+  peer.end('the rest of the answer');
+  reader.resume();
+  reader.pause();
+  for (let i = 0; i < 100 && reader.readableLength === 0; i++) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(reader.readableLength > 0, 'bytes wait in Node');
+  assert.equal(endFollows(counting, reader, Buffer.from('a chunk before them')), false);
+  assert.equal(peeks, 0, 'not even asked: the kernel would say the FIN is next');
+});
