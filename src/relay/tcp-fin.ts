@@ -82,7 +82,7 @@ export function endFollows(calls: TcpFinCalls, from: net.Socket, chunk: Buffer):
 
 /**
  * Writes `chunk` and the FIN after it on `to`, in one segment when nothing of ours waits in Node or libuv
- * (cork, write, shutdown, uncork); otherwise end() after it, so the FIN follows the queue. Node's own
+ * (cork, write, shutdown); otherwise end() after it, so the FIN follows the queue. Node's own
  * end() comes later, when the EOF is read: a second shutdown of a socket is a no-op. Returns write()'s
  * answer.
  */
@@ -95,10 +95,13 @@ export function writeWithFin(calls: TcpFinCalls, to: net.Socket, chunk: Buffer):
   }
   calls.setCork(fd, 1);
   const flowing = to.write(chunk);
-  // A write the kernel took whole completes synchronously: Node's count is back to 0.
+  // A write the kernel took whole completes synchronously: Node's count is back to 0. The FIN pushes
+  // out what the cork holds, with it: no uncork after it.
   if (to.writableLength === 0) calls.shutdownWrite(fd);
-  else to.end();
-  calls.setCork(fd, 0);
+  else {
+    to.end();
+    calls.setCork(fd, 0);
+  }
   return flowing;
 }
 

@@ -10,6 +10,14 @@ import { log, makeContext } from '../helpers/relay.ts';
 
 const EVENTS = ['connection', 'listening', 'error'] as const;
 
+/** Binds `l` on loopback; the promise listen() returned, held weakly (no frame of ours keeps it). */
+async function listenWeakly(l: { listen(host: string, port: number): Promise<void> }) {
+  const p = l.listen('127.0.0.1', 0);
+  const ref = new WeakRef(p);
+  await p;
+  return ref;
+}
+
 test('TCP: every listener has the same handlers, its settled listen() is let go, a failed bind rejects', async (t) => {
   const keepAlive = new KeepAliveSweeper();
   const listeners = [0, 1, 2].map(
@@ -19,12 +27,7 @@ test('TCP: every listener has the same handlers, its settled listen() is let go,
     for (const l of listeners) l.destroy();
   });
   const [a, b, c] = listeners as [TcpListener, TcpListener, TcpListener];
-  let settled: WeakRef<Promise<void>> | undefined;
-  await (() => {
-    const p = a.listen('127.0.0.1', 0);
-    settled = new WeakRef(p);
-    return p;
-  })();
+  const settled = await listenWeakly(a);
   await b.listen('127.0.0.1', 0);
   assert.ok(a.port > 0 && b.port > 0);
   for (const event of EVENTS) {
@@ -35,7 +38,7 @@ test('TCP: every listener has the same handlers, its settled listen() is let go,
   // After a failed bind, an error is logged, not thrown (no listener would make it an uncaught one).
   c.server.emit('error', Object.assign(new Error('late'), { code: 'EPROTO' }));
   await collectGarbage();
-  assert.equal(settled?.deref(), undefined, "nothing keeps listen()'s promise once it resolved");
+  assert.equal(settled.deref(), undefined, "nothing keeps listen()'s promise once it resolved");
 });
 
 test('UDP: every listener has the same handlers, its settled listen() is let go, a failed bind rejects', async (t) => {
@@ -46,12 +49,7 @@ test('UDP: every listener has the same handlers, its settled listen() is let go,
     for (const l of listeners) l.destroy();
   });
   const [a, b, c] = listeners as [UdpListener, UdpListener, UdpListener];
-  let settled: WeakRef<Promise<void>> | undefined;
-  await (() => {
-    const p = a.listen('127.0.0.1', 0);
-    settled = new WeakRef(p);
-    return p;
-  })();
+  const settled = await listenWeakly(a);
   await b.listen('127.0.0.1', 0);
   assert.ok(a.port > 0 && b.port > 0);
   for (const event of ['message', 'listening', 'error'] as const) {
@@ -60,5 +58,5 @@ test('UDP: every listener has the same handlers, its settled listen() is let go,
   }
   await assert.rejects(c.listen('127.0.0.1', a.port), { code: 'EADDRINUSE' });
   await collectGarbage();
-  assert.equal(settled?.deref(), undefined, "nothing keeps listen()'s promise once it resolved");
+  assert.equal(settled.deref(), undefined, "nothing keeps listen()'s promise once it resolved");
 });

@@ -36,6 +36,20 @@ async function pair(t: { after(fn: () => unknown): void }): Promise<[net.Socket,
   return [peer, client];
 }
 
+/** Calls that say the FIN is next every time, and count the peeks. */
+function countingCalls(): TcpFinCalls & { peeks: number } {
+  const calls = {
+    peeks: 0,
+    peekEnd: () => {
+      calls.peeks++;
+      return 1;
+    },
+    shutdownWrite: () => 0,
+    setCork: () => 0,
+  };
+  return calls;
+}
+
 test('KUP_TCP_FIN=off turns the addon off, with the reason', () => {
   const off = loadTcpFin({ KUP_TCP_FIN: 'off' });
   assert.equal(off.calls, undefined);
@@ -67,23 +81,15 @@ test('peekEnd tells a queued FIN from queued bytes and from nothing, and never c
 });
 
 test('endFollows: a full read never peeks; a destroyed socket has no descriptor', async (t) => {
-  let peeks = 0;
-  const counting: TcpFinCalls = {
-    peekEnd: () => {
-      peeks++;
-      return 1;
-    },
-    shutdownWrite: () => 0,
-    setCork: () => 0,
-  };
+  const counting = countingCalls();
   const [client] = await pair(t);
   assert.equal(endFollows(counting, client, Buffer.alloc(65_536)), false);
-  assert.equal(peeks, 0);
+  assert.equal(counting.peeks, 0);
   assert.equal(endFollows(counting, client, Buffer.alloc(10)), true);
   client.destroy();
   assert.equal(socketFd(client), -1);
   assert.equal(endFollows(counting, client, Buffer.alloc(10)), false);
-  assert.equal(peeks, 1);
+  assert.equal(counting.peeks, 1);
 });
 
 test('the calls answer -errno on a descriptor that is not a socket, and do not throw', () => {
@@ -94,15 +100,7 @@ test('the calls answer -errno on a descriptor that is not a socket, and do not t
 });
 
 test('endFollows: never while Node still holds bytes of that socket behind the chunk (paused by backpressure)', async (t) => {
-  let peeks = 0;
-  const counting: TcpFinCalls = {
-    peekEnd: () => {
-      peeks++;
-      return 1;
-    },
-    shutdownWrite: () => 0,
-    setCork: () => 0,
-  };
+  const counting = countingCalls();
   const [reader, peer] = await pair(t);
   // A paused socket that Node reads anyway (as the relay's endpoint socket while the client does not
   // read): its buffer holds the rest of the answer, and the EOF, while the kernel holds only the FIN.
@@ -113,5 +111,5 @@ test('endFollows: never while Node still holds bytes of that socket behind the c
   for (let i = 0; i < 100 && reader.readableLength === 0; i++) await new Promise((r) => setTimeout(r, 5));
   assert.ok(reader.readableLength > 0, 'bytes wait in Node');
   assert.equal(endFollows(counting, reader, Buffer.from('a chunk before them')), false);
-  assert.equal(peeks, 0, 'not even asked: the kernel would say the FIN is next');
+  assert.equal(counting.peeks, 0, 'not even asked: the kernel would say the FIN is next');
 });
