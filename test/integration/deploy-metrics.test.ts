@@ -61,6 +61,9 @@ async function startProxy(t: After, objects: unknown[], extraArgs: string[]) {
       '--bind-address=0.0.0.0',
       '--healthz-bind-address=',
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      // The caps below (one connection, one UDP session) are per process: with workers, which process a
+      // client lands in is SO_REUSEPORT's hash, and the second client may never meet the first one's cap.
+      '--workers=1',
       ...extraArgs,
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
@@ -139,9 +142,16 @@ test('every metric and label the dashboard and the alerts name is in a real prox
     number,
   ];
 
-  // Round robin meets the refusing endpoint half the time; the connect moves on to the other.
-  for (let i = 0; i < 6; i++) assert.equal(await request(webPort), 'web');
+  // Round robin meets the refusing endpoint half the time; the connect moves on to the other. The client
+  // sees its close before the proxy has closed its own two sockets: the next request waits for that, or
+  // the cap of 1 would turn it away.
+  const webIdle = /kup_service_connections_active\{service="default\/web:http",protocol="TCP"\} 0\b/;
+  for (let i = 0; i < 6; i++) {
+    await waitFor(async () => webIdle.test(await proxy.metrics()), 5_000, 'the last web connection closed');
+    assert.equal(await request(webPort), 'web');
+  }
   // One connection held open: the next is closed at accept (the cap is 1).
+  await waitFor(async () => webIdle.test(await proxy.metrics()), 5_000, 'the last web connection closed');
   const held = net.connect({ host: '127.0.0.1', port: webPort });
   t.after(() => held.destroy());
   await new Promise((resolve, reject) => {
