@@ -14,13 +14,19 @@ import { manyPortals, portal } from '../test/helpers/portals.ts';
 const SIZES = [1_000, 10_000];
 const ROUNDS = 5;
 
-const ctx: RuleContext = {
+const flat: RuleContext = {
   family: 'IPv4',
   bindAddress: '0.0.0.0',
   hostIP: '192.168.50.2',
   nodePortAddresses: [],
   localAddresses: [],
 };
+/** As the proxy renders: KUBE-NODEPORT-NON-LOCAL sharded by the allocator's range (manyPortals' ports). */
+const sharded: RuleContext = { ...flat, listenerPorts: { base: 20000, size: 40000 } };
+const LAYOUTS = [
+  ['KUBE-NODEPORT-NON-LOCAL sharded', sharded],
+  ['KUBE-NODEPORT-NON-LOCAL flat (before)', flat],
+] as const;
 
 async function time(fn: () => Promise<unknown> | unknown): Promise<number> {
   const start = performance.now();
@@ -51,60 +57,69 @@ async function main(): Promise<void> {
     console.log(
       'service ports | render full | restore full | render delta | restore delta | missingJumps | lines full/delta',
     );
-    for (const n of SIZES) {
-      const base = manyPortals(n);
-      // One service changes its proxy port, back and forth, so every round is a real one-service delta.
-      const changed = base.map((p, i) => (i === n >> 1 ? { ...p, proxyPort: p.proxyPort + 1 } : p));
-      const full = restoreText(renderRestoreInput({ ...ctx, portals: base }, JUMPS));
-      const delta = restoreText(renderDelta(base, changed, ctx));
-      const back = restoreText(renderDelta(changed, base, ctx));
-      await iptables.cleanup('IPv4');
+    for (const [layout, ctx] of LAYOUTS)
+      for (const n of SIZES) {
+        const base = manyPortals(n);
+        // One service changes its proxy port, back and forth, so every round is a real one-service delta.
+        const changed = base.map((p, i) => (i === n >> 1 ? { ...p, proxyPort: p.proxyPort + 1 } : p));
+        const full = restoreText(renderRestoreInput({ ...ctx, portals: base }, JUMPS));
+        const delta = restoreText(renderDelta(base, changed, ctx));
+        const back = restoreText(renderDelta(changed, base, ctx));
+        await iptables.cleanup('IPv4');
 
-      const renderFull: number[] = [];
-      const restoreFull: number[] = [];
-      const renderD: number[] = [];
-      const restoreD: number[] = [];
-      const check: number[] = [];
-      for (let r = 0; r < ROUNDS; r++) {
-        renderFull.push(await time(() => renderRestoreInput({ ...ctx, portals: base })));
-        restoreFull.push(
-          await time(() =>
-            iptables.restore(
-              'IPv4',
-              r === 0 ? full : restoreText(renderRestoreInput({ ...ctx, portals: base })),
+        const renderFull: number[] = [];
+        const restoreFull: number[] = [];
+        const renderD: number[] = [];
+        const restoreD: number[] = [];
+        const check: number[] = [];
+        for (let r = 0; r < ROUNDS; r++) {
+          renderFull.push(await time(() => renderRestoreInput({ ...ctx, portals: base })));
+          restoreFull.push(
+            await time(() =>
+              iptables.restore(
+                'IPv4',
+                r === 0 ? full : restoreText(renderRestoreInput({ ...ctx, portals: base })),
+              ),
             ),
-          ),
+          );
+          renderD.push(await time(() => renderDelta(base, changed, ctx)));
+          restoreD.push(await time(() => iptables.restore('IPv4', delta)));
+          await iptables.restore('IPv4', back);
+          check.push(await time(() => iptables.missingJumps('IPv4')));
+        }
+        const lines = (s: string) => s.split('\n').length - 1;
+        console.log(
+          `${String(n).padStart(13)} |${fmt(median(renderFull))}  |${fmt(median(restoreFull))}   |${fmt(median(renderD))}   |${fmt(median(restoreD))}    |${fmt(median(check))}   | ${lines(full)}/${lines(delta)}`,
         );
-        renderD.push(await time(() => renderDelta(base, changed, ctx)));
-        restoreD.push(await time(() => iptables.restore('IPv4', delta)));
-        await iptables.restore('IPv4', back);
-        check.push(await time(() => iptables.missingJumps('IPv4')));
-      }
-      const lines = (s: string) => s.split('\n').length - 1;
-      console.log(
-        `${String(n).padStart(13)} |${fmt(median(renderFull))}  |${fmt(median(restoreFull))}   |${fmt(median(renderD))}   |${fmt(median(restoreD))}    |${fmt(median(check))}   | ${lines(full)}/${lines(delta)}`,
-      );
 
-      // The same through Netfilter: a full first sync, then a one-service delta sync.
-      const nf = new Netfilter({
-        iptables,
-        log: silentLogger(),
-        families: [{ family: 'IPv4', bindAddress: '0.0.0.0', hostIP: '192.168.50.2', nodePortAddresses: [] }],
-      });
-      const first = await time(() => nf.sync(base, { full: true }));
-      const extra: PortalSpec = portal('bench', 'extra', 'http', {
-        clusterIPs: ['10.200.0.1'],
-        proxyPort: 65000,
-      });
-      const add = await time(() => nf.sync([...base, extra], { full: false }));
-      const remove = await time(() => nf.sync(base, { full: false }));
-      const checked = await time(() => nf.sync([...base, extra], { full: false, checkJumps: true }));
-      console.log(
-        `${''.padStart(13)}   Netfilter.sync: full ${fmt(first).trim()}, add one ${fmt(add).trim()}, ` +
-          `remove one ${fmt(remove).trim()}, add one with the jump check ${fmt(checked).trim()}`,
-      );
-      await iptables.cleanup('IPv4');
-    }
+        // The same through Netfilter: a full first sync, then a one-service delta sync.
+        const nf = new Netfilter({
+          iptables,
+          log: silentLogger(),
+          families: [
+            {
+              family: ctx.family,
+              bindAddress: ctx.bindAddress,
+              hostIP: ctx.hostIP,
+              nodePortAddresses: [],
+              listenerPorts: ctx.listenerPorts,
+            },
+          ],
+        });
+        const first = await time(() => nf.sync(base, { full: true }));
+        const extra: PortalSpec = portal('bench', 'extra', 'http', {
+          clusterIPs: ['10.200.0.1'],
+          proxyPort: 20000 + n + 7,
+        });
+        const add = await time(() => nf.sync([...base, extra], { full: false }));
+        const remove = await time(() => nf.sync(base, { full: false }));
+        const checked = await time(() => nf.sync([...base, extra], { full: false, checkJumps: true }));
+        console.log(
+          `${''.padStart(13)}   ${layout}: Netfilter.sync: full ${fmt(first).trim()}, add one ${fmt(add).trim()}, ` +
+            `remove one ${fmt(remove).trim()}, add one with the jump check ${fmt(checked).trim()}`,
+        );
+        await iptables.cleanup('IPv4');
+      }
   } finally {
     sandbox.cleanup();
   }

@@ -185,7 +185,8 @@ export class ProxyServer {
         netfilter: new Netfilter({
           iptables,
           log,
-          families,
+          // Listener ports come from the allocator's range: KUBE-NODEPORT-NON-LOCAL is sharded by it.
+          families: families.map((f) => ({ ...f, listenerPorts: allocator.range })),
           localDetector: (f) => network.localDetectorFor(f),
         }),
         iptables,

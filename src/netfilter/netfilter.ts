@@ -4,6 +4,7 @@ import { isProxyError } from '../lib/errors.ts';
 import type { Logger } from '../lib/log.ts';
 import type { PortalSpec } from '../proxier/portal-programmer.ts';
 import type { IPFamily, ServicePortKey } from '../state/service-port.ts';
+import type { ListenerPorts } from './chains.ts';
 import type { Iptables } from './iptables.ts';
 import {
   type LocalDetector,
@@ -25,6 +26,8 @@ export type FamilyConfig = {
   readonly nodePortAddresses: readonly string[];
   /** Tells this node's pods apart (--detect-local-mode); undefined: they cannot be (see RuleContext). */
   readonly localDetector?: LocalDetector | undefined;
+  /** The proxy port range listeners get their ports from (see RuleContext). */
+  readonly listenerPorts?: ListenerPorts | undefined;
 };
 
 export type NetfilterDeps = {

@@ -19,6 +19,9 @@ import {
   KUBE_PORTALS_HOST,
   KUBE_PROXY_FIREWALL,
   KUBE_SERVICES,
+  type ListenerPorts,
+  nonLocalChain,
+  nonLocalShards,
   PORTAL_SHARDS,
   type PortalChain,
   portalShard,
@@ -52,6 +55,11 @@ export type RuleContext = {
    * Undefined: pods cannot be told apart and are treated as traffic from outside.
    */
   readonly localDetector?: LocalDetector | undefined;
+  /**
+   * The ports listeners get (the proxy port range): KUBE-NODEPORT-NON-LOCAL's ACCEPTs are sharded by
+   * blocks of it (chains.ts). Undefined or empty: they all stay in KUBE-NODEPORT-NON-LOCAL.
+   */
+  readonly listenerPorts?: ListenerPorts | undefined;
 };
 
 export type RuleInput = RuleContext & { readonly portals: readonly PortalSpec[] };
@@ -337,7 +345,7 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
   for (const t of listeners)
     filterRules.push({
       table: 'filter',
-      chain: KUBE_NODEPORT_NON_LOCAL,
+      chain: nonLocalChain(t.port, ctx.listenerPorts),
       spec: `${comment(t)} -p ${proto} -m conntrack --ctstate DNAT --ctreplsrcport ${t.port} -j ACCEPT`,
     });
   if (sp.healthCheckNodePort !== 0 && validPort(sp.healthCheckNodePort))
@@ -389,6 +397,19 @@ export const NON_LOCAL_RETURN: Rule = {
   spec: '-m conntrack ! --ctstate DNAT -j RETURN',
 };
 
+/**
+ * KUBE-NODEPORT-NON-LOCAL's jumps to its shards, after NON_LOCAL_RETURN: one per block of the listener
+ * ports (`--ctreplsrcport <first>:<last>`). Fixed for a context, so a delta never touches them.
+ */
+export function nonLocalDispatchRules(ctx: RuleContext): Rule[] {
+  if (ctx.listenerPorts === undefined) return [];
+  return nonLocalShards(ctx.listenerPorts).map((s) => ({
+    table: 'filter',
+    chain: KUBE_NODEPORT_NON_LOCAL,
+    spec: `-m conntrack --ctreplsrcport ${s.first === s.last ? s.first : `${s.first}:${s.last}`} -j ${s.chain}`,
+  }));
+}
+
 /** Restore lines (`-I`/`-A`) for the given jumps, per table; empty arrays when none is missing. */
 export function renderJumps(missing: readonly Jump[]): { nat: string[]; filter: string[] } {
   const out: { nat: string[]; filter: string[] } = { nat: [], filter: [] };
@@ -439,6 +460,7 @@ function renderChains(
   };
   for (const r of dispatchRules(input.family)) add(r);
   add(NON_LOCAL_RETURN);
+  for (const r of nonLocalDispatchRules(input)) add(r);
   for (const portal of sortPortals(input.portals)) for (const r of portalRules(portal, input)) add(r);
   const jumps = renderJumps(missingJumps.filter((j) => pick(j.to)));
   const table = (t: Table): string => {
@@ -525,6 +547,8 @@ export function sameContext(a: RuleContext, b: RuleContext): boolean {
     a.hostIP === b.hostIP &&
     a.localDetector?.ifLocal === b.localDetector?.ifLocal &&
     a.localDetector?.ifNotLocal === b.localDetector?.ifNotLocal &&
+    (a.listenerPorts?.base ?? 0) === (b.listenerPorts?.base ?? 0) &&
+    (a.listenerPorts?.size ?? 0) === (b.listenerPorts?.size ?? 0) &&
     sameList(nodePortDestinations(a), nodePortDestinations(b))
   );
 }

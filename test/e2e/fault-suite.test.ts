@@ -562,7 +562,8 @@ test('fault suite: the proxy in network namespaces under faults', { timeout: 175
         reject[0]!,
         new RegExp(`^-A KUBE-SERVICES -d 10\\.96\\.2\\.2/32 -p tcp ${comment} -m tcp --dport 81 -j REJECT`),
       );
-      const accepts = added.filter((l) => l.startsWith('-A KUBE-NODEPORT-NON-LOCAL '));
+      // Each ACCEPT in the KUBE-NODEPORT-NON-LOCAL shard of its listener port's block of the range.
+      const accepts = added.filter((l) => /^-A KUBE-NODEPORT-NON-LOCAL-[0-9A-F]{2} /.test(l));
       assert.deepEqual(
         accepts.map((l) => Number(/--ctreplsrcport (\d+) -j ACCEPT$/.exec(l)?.[1])).sort(),
         [evil.proxyPort, long.proxyPort].sort(),
