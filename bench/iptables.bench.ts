@@ -21,11 +21,11 @@ const flat: RuleContext = {
   nodePortAddresses: [],
   localAddresses: [],
 };
-/** As the proxy renders: KUBE-NODEPORT-NON-LOCAL sharded by the allocator's range (manyPortals' ports). */
-const sharded: RuleContext = { ...flat, listenerPorts: { base: 20000, size: 40000 } };
+/** As the proxy renders: KUBE-NODEPORT-NON-LOCAL accepts the allocator's whole range (manyPortals' ports). */
+const ranged: RuleContext = { ...flat, listenerPorts: { base: 20000, size: 40000 } };
 const LAYOUTS = [
-  ['KUBE-NODEPORT-NON-LOCAL sharded', sharded],
-  ['KUBE-NODEPORT-NON-LOCAL flat (before)', flat],
+  ['one ACCEPT for the listener port range', ranged],
+  ['one ACCEPT per listener (before)', flat],
 ] as const;
 
 async function time(fn: () => Promise<unknown> | unknown): Promise<number> {

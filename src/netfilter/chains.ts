@@ -33,16 +33,12 @@ export type PortalChain = typeof KUBE_PORTALS_CONTAINER | typeof KUBE_PORTALS_HO
 /** One shard of a portal chain, e.g. `KUBE-PORTALS-CONTAINER-1F`. */
 export type PortalShardChain = `${PortalChain}-${string}`;
 
-/** One shard of KUBE-NODEPORT-NON-LOCAL, e.g. `KUBE-NODEPORT-NON-LOCAL-1F`. */
-export type NonLocalShardChain = `${typeof KUBE_NODEPORT_NON_LOCAL}-${string}`;
-
 export type Chain =
   | PortalChain
   | PortalShardChain
   | typeof KUBE_NODEPORT_CONTAINER
   | typeof KUBE_NODEPORT_HOST
-  | FilterChain
-  | NonLocalShardChain;
+  | FilterChain;
 
 /**
  * How many shard chains each portal chain has. A portal rule lives in the shard of its destination IP's
@@ -68,60 +64,10 @@ export function portalShard(ip: string): number {
 const SHARDS = [...Array(PORTAL_SHARDS).keys()];
 
 /**
- * How many shard chains KUBE-NODEPORT-NON-LOCAL has. Its ACCEPT for a listener lives in the shard of the
- * listener's port: the proxy port range cut into this many blocks of consecutive ports, and the chain
- * jumps to shard k for `--ctreplsrcport <first>:<last>` of block k (iptables has no match on a port's
- * low bits). At 10,000 listeners a DNATed packet walks 32 + ~300 rules instead of 10,000, and adding a
- * listener's rule costs iptables-nft a read of one small chain instead of the whole list (a `-D` in a
- * 10,000-rule chain took ~100 ms). A listener outside the range (none: ports come from it) keeps its
- * rule in KUBE-NODEPORT-NON-LOCAL itself, after the jumps.
+ * The ports listeners get their ports from (the proxy port range; `size` 0: unknown, the kernel picks).
+ * KUBE-NODEPORT-NON-LOCAL accepts DNATed traffic to all of them with one rule per protocol (rules.ts).
  */
-export const NON_LOCAL_SHARDS = 32;
-
-/** The shard chain of KUBE-NODEPORT-NON-LOCAL that holds the ACCEPTs for ports in block `k`. */
-export function nonLocalShardChain(k: number): NonLocalShardChain {
-  return `${KUBE_NODEPORT_NON_LOCAL}-${k.toString(16).toUpperCase().padStart(2, '0')}`;
-}
-
-/** The listener ports (the proxy port range) whose ACCEPTs are sharded; `size` 0: none are. */
 export type ListenerPorts = { readonly base: number; readonly size: number };
-
-/** One block of consecutive listener ports and its shard chain. */
-export type NonLocalShard = {
-  readonly chain: NonLocalShardChain;
-  readonly first: number;
-  readonly last: number;
-};
-
-/**
- * The blocks `ports` is cut into: NON_LOCAL_SHARDS of equal length (the last one shorter), fewer when
- * the range holds fewer ports. Empty for an empty range.
- */
-export function nonLocalShards(ports: ListenerPorts): NonLocalShard[] {
-  if (ports.size <= 0) return [];
-  const length = Math.ceil(ports.size / NON_LOCAL_SHARDS);
-  const shards: NonLocalShard[] = [];
-  for (let k = 0; k * length < ports.size; k++) {
-    const first = ports.base + k * length;
-    shards.push({
-      chain: nonLocalShardChain(k),
-      first,
-      last: Math.min(first + length, ports.base + ports.size) - 1,
-    });
-  }
-  return shards;
-}
-
-/** The chain of the ACCEPT for listener `port`: its block's shard, or KUBE-NODEPORT-NON-LOCAL outside them. */
-export function nonLocalChain(
-  port: number,
-  ports: ListenerPorts | undefined,
-): FilterChain | NonLocalShardChain {
-  if (ports === undefined || ports.size <= 0) return KUBE_NODEPORT_NON_LOCAL;
-  const offset = port - ports.base;
-  if (offset < 0 || offset >= ports.size) return KUBE_NODEPORT_NON_LOCAL;
-  return nonLocalShardChain(Math.floor(offset / Math.ceil(ports.size / NON_LOCAL_SHARDS)));
-}
 
 /** Our chains per table, in the order their `:CHAIN` lines are rendered. */
 export const CHAINS: { readonly [T in Table]: readonly Chain[] } = {
@@ -139,7 +85,6 @@ export const CHAINS: { readonly [T in Table]: readonly Chain[] } = {
     KUBE_EXTERNAL_SERVICES,
     KUBE_PROXY_FIREWALL,
     KUBE_NODEPORTS,
-    ...[...Array(NON_LOCAL_SHARDS).keys()].map(nonLocalShardChain),
   ],
 };
 
@@ -227,14 +172,12 @@ const OUR_CHAINS: { readonly [T in Table]: ReadonlySet<string> } = {
 
 /**
  * True for the names of chains we own in `table` (to find our jumps and chains in `iptables-save`
- * output), including portal and KUBE-NODEPORT-NON-LOCAL shard chains of another shard count than ours.
- * Without a table: ours in
+ * output), including portal shard chains of another shard count than ours. Without a table: ours in
  * either. Per table because the filter chains carry kube-proxy's names: nat `KUBE-SERVICES` and
  * `KUBE-NODEPORTS` belong to an iptables-mode kube-proxy, never to us.
  */
 export function isOurChain(name: string, table?: Table): name is Chain {
-  if (table !== 'nat' && (OUR_CHAINS.filter.has(name) || /^KUBE-NODEPORT-NON-LOCAL-[0-9A-F]{2}$/.test(name)))
-    return true;
+  if (table !== 'nat' && OUR_CHAINS.filter.has(name)) return true;
   if (table === 'filter') return false;
   return OUR_CHAINS.nat.has(name) || /^KUBE-PORTALS-(CONTAINER|HOST)-[0-9A-F]{2}$/.test(name);
 }

@@ -20,8 +20,6 @@ import {
   KUBE_PROXY_FIREWALL,
   KUBE_SERVICES,
   type ListenerPorts,
-  nonLocalChain,
-  nonLocalShards,
   PORTAL_SHARDS,
   type PortalChain,
   portalShard,
@@ -56,8 +54,9 @@ export type RuleContext = {
    */
   readonly localDetector?: LocalDetector | undefined;
   /**
-   * The ports listeners get (the proxy port range): KUBE-NODEPORT-NON-LOCAL's ACCEPTs are sharded by
-   * blocks of it (chains.ts). Undefined or empty: they all stay in KUBE-NODEPORT-NON-LOCAL.
+   * The ports listeners get theirs from (the proxy port range): KUBE-NODEPORT-NON-LOCAL accepts DNATed
+   * traffic to all of them at once (nonLocalRangeRules), so a listener there needs no rule of its own.
+   * Undefined or empty (the kernel picks ports): one ACCEPT per listener.
    */
   readonly listenerPorts?: ListenerPorts | undefined;
 };
@@ -342,12 +341,14 @@ export function portalRules(spec: PortalSpec, ctx: RuleContext): Rule[] {
     if (ports.localProxyPort !== 0 && validPort(ports.localProxyPort))
       listeners.push({ port: ports.localProxyPort, local: true, via });
   }
-  for (const t of listeners)
+  for (const t of listeners) {
+    if (inRange(t.port, ctx.listenerPorts)) continue;
     filterRules.push({
       table: 'filter',
-      chain: nonLocalChain(t.port, ctx.listenerPorts),
+      chain: KUBE_NODEPORT_NON_LOCAL,
       spec: `${comment(t)} -p ${proto} -m conntrack --ctstate DNAT --ctreplsrcport ${t.port} -j ACCEPT`,
     });
+  }
   if (sp.healthCheckNodePort !== 0 && validPort(sp.healthCheckNodePort))
     filterRules.push({
       table: 'filter',
@@ -398,16 +399,30 @@ export const NON_LOCAL_RETURN: Rule = {
 };
 
 /**
- * KUBE-NODEPORT-NON-LOCAL's jumps to its shards, after NON_LOCAL_RETURN: one per block of the listener
- * ports (`--ctreplsrcport <first>:<last>`). Fixed for a context, so a delta never touches them.
+ * KUBE-NODEPORT-NON-LOCAL's ACCEPTs for every port of the listener port range, after NON_LOCAL_RETURN:
+ * one per protocol, fixed for a context, so adding or removing a listener never touches the filter table.
+ * One ACCEPT per listener costs more than a walk: on every change to a table, nf_tables validates
+ * every rule reachable in it (~0.5 µs a rule here), so at 10,000 listeners each Service added or removed
+ * paid ~5 ms for its ACCEPT (a `-D` in a 10,000-rule chain ~100 ms), every other filter change ~5 ms
+ * more, and a DNATed packet walked up to 10,000 rules. The difference: a DNATed connection to a port of the range without a listener is
+ * refused by the kernel (RST) where the INPUT policy would have dropped it; only NAT rules, which root
+ * writes, DNAT anything here.
  */
-export function nonLocalDispatchRules(ctx: RuleContext): Rule[] {
-  if (ctx.listenerPorts === undefined) return [];
-  return nonLocalShards(ctx.listenerPorts).map((s) => ({
+export function nonLocalRangeRules(ctx: RuleContext): Rule[] {
+  const ports = ctx.listenerPorts;
+  if (ports === undefined || ports.size <= 0) return [];
+  const last = ports.base + ports.size - 1;
+  const range = ports.size === 1 ? `${ports.base}` : `${ports.base}:${last}`;
+  return (['tcp', 'udp'] as const).map((proto) => ({
     table: 'filter',
     chain: KUBE_NODEPORT_NON_LOCAL,
-    spec: `-m conntrack --ctreplsrcport ${s.first === s.last ? s.first : `${s.first}:${s.last}`} -j ${s.chain}`,
+    spec: `-m comment --comment "kube-userspace-proxy listener ports" -p ${proto} -m conntrack --ctstate DNAT --ctreplsrcport ${range} -j ACCEPT`,
   }));
+}
+
+/** True when `port` is one of `ports`. */
+function inRange(port: number, ports: ListenerPorts | undefined): boolean {
+  return ports !== undefined && port >= ports.base && port < ports.base + ports.size;
 }
 
 /** Restore lines (`-I`/`-A`) for the given jumps, per table; empty arrays when none is missing. */
@@ -460,7 +475,7 @@ function renderChains(
   };
   for (const r of dispatchRules(input.family)) add(r);
   add(NON_LOCAL_RETURN);
-  for (const r of nonLocalDispatchRules(input)) add(r);
+  for (const r of nonLocalRangeRules(input)) add(r);
   for (const portal of sortPortals(input.portals)) for (const r of portalRules(portal, input)) add(r);
   const jumps = renderJumps(missingJumps.filter((j) => pick(j.to)));
   const table = (t: Table): string => {

@@ -8,9 +8,6 @@ import {
   JUMPS,
   KUBE_PORTALS_CONTAINER,
   KUBE_PORTALS_HOST,
-  NON_LOCAL_SHARDS,
-  nonLocalChain,
-  nonLocalShards,
   PORTAL_SHARDS,
   portalShard,
   portalShardChain,
@@ -81,7 +78,7 @@ const FILTER_CHAINS = `*filter
 :KUBE-EXTERNAL-SERVICES - [0:0]
 :KUBE-PROXY-FIREWALL - [0:0]
 :KUBE-NODEPORTS - [0:0]
-${SHARD_NUMBERS.map((k) => `:KUBE-NODEPORT-NON-LOCAL-${hex2(k)} - [0:0]\n`).join('')}`;
+`;
 const NON_LOCAL_RETURN_LINE = '-A KUBE-NODEPORT-NON-LOCAL -m conntrack ! --ctstate DNAT -j RETURN\n';
 const FILTER_HEAD = FILTER_CHAINS + NON_LOCAL_RETURN_LINE;
 const FILTER_EMPTY = `${FILTER_HEAD}COMMIT
@@ -1371,64 +1368,32 @@ test('renderDelta: every field the rules read is compared (a change of it alone 
   );
 });
 
-test('nonLocalShards: the listener port range cut into 32 consecutive blocks; nonLocalChain agrees for every port', () => {
-  const ports = { base: 20000, size: 11000 };
-  const shards = nonLocalShards(ports);
-  assert.equal(shards.length, NON_LOCAL_SHARDS);
-  assert.deepEqual(shards[0], { chain: 'KUBE-NODEPORT-NON-LOCAL-00', first: 20000, last: 20343 });
-  assert.deepEqual(shards[31], { chain: 'KUBE-NODEPORT-NON-LOCAL-1F', first: 30664, last: 30999 });
-  for (let k = 1; k < shards.length; k++) assert.equal(shards[k]!.first, shards[k - 1]!.last + 1);
-  for (let port = 20000; port <= 30999; port++) {
-    const shard = shards.find((s) => s.first <= port && port <= s.last);
-    assert.equal(nonLocalChain(port, ports), shard?.chain, `port ${port}`);
-  }
-  // Outside the range, and without one: the chain itself.
-  assert.equal(nonLocalChain(19999, ports), 'KUBE-NODEPORT-NON-LOCAL');
-  assert.equal(nonLocalChain(31000, ports), 'KUBE-NODEPORT-NON-LOCAL');
-  assert.equal(nonLocalChain(20000, undefined), 'KUBE-NODEPORT-NON-LOCAL');
-  assert.equal(nonLocalChain(20000, { base: 0, size: 0 }), 'KUBE-NODEPORT-NON-LOCAL');
-  assert.deepEqual(nonLocalShards({ base: 0, size: 0 }), []);
-  // A range of fewer ports than shards: one port per block.
-  assert.deepEqual(
-    nonLocalShards({ base: 100, size: 3 }).map((s) => [s.chain, s.first, s.last]),
-    [
-      ['KUBE-NODEPORT-NON-LOCAL-00', 100, 100],
-      ['KUBE-NODEPORT-NON-LOCAL-01', 101, 101],
-      ['KUBE-NODEPORT-NON-LOCAL-02', 102, 102],
-    ],
-  );
-});
-
-test('renderRestoreInput with a listener port range: the jumps to the shards after the RETURN, each ACCEPT in its shard; deltas touch that shard', () => {
+test('renderRestoreInput with a listener port range: one ACCEPT per protocol for the range after the RETURN, none per listener; deltas leave the filter table alone', () => {
   const ctx: RuleContext = { ...v4, listenerPorts: { base: 40000, size: 64 } };
   const a = portal('default', 'a', 'http', { clusterIPs: ['10.96.0.1'], proxyPort: 40002 });
   const b = portal('default', 'b', 'http', { clusterIPs: ['10.96.0.2'], proxyPort: 40063 });
   const outside = portal('default', 'c', 'http', { clusterIPs: ['10.96.0.3'], proxyPort: 50000 });
-  const filter = renderRestoreInput({ ...ctx, portals: [a, b, outside] }).filter.split('\n');
-  const jumps = Array.from({ length: 32 }, (_, k) => {
-    const first = 40000 + 2 * k;
-    return `-A KUBE-NODEPORT-NON-LOCAL -m conntrack --ctreplsrcport ${first}:${first + 1} -j KUBE-NODEPORT-NON-LOCAL-${hex2(k)}`;
-  });
-  const at = filter.indexOf(NON_LOCAL_RETURN_LINE.trimEnd());
-  assert.ok(at > 0);
-  assert.deepEqual(filter.slice(at + 1, at + 33), jumps);
-  assert.ok(
-    filter.includes(accept('default/a:http', 40002).replace('NON-LOCAL ', 'NON-LOCAL-01 ').trimEnd()),
-  );
-  assert.ok(
-    filter.includes(accept('default/b:http', 40063).replace('NON-LOCAL ', 'NON-LOCAL-1F ').trimEnd()),
-  );
-  // A port outside the range (none is handed out there): the chain itself, after the jumps.
-  assert.ok(filter.indexOf(accept('default/c:http', 50000).trimEnd()) > at + 32);
-  // Without a range: as before, every ACCEPT in the chain itself and no jump.
-  assert.ok(!renderRestoreInput({ ...v4, portals: [a] }).filter.includes('-j KUBE-NODEPORT-NON-LOCAL-'));
-
-  const moved = { ...a, proxyPort: 40010 };
+  const range = (proto: string) =>
+    `-A KUBE-NODEPORT-NON-LOCAL -m comment --comment "kube-userspace-proxy listener ports" -p ${proto} -m conntrack --ctstate DNAT --ctreplsrcport 40000:40063 -j ACCEPT\n`;
+  // A port outside the range (none is handed out there) keeps its own ACCEPT.
   assert.equal(
-    renderDelta([a, b], [moved, b], ctx).filter,
-    `*filter
-${accept('default/a:http', 40002).replace('-A KUBE-NODEPORT-NON-LOCAL ', '-D KUBE-NODEPORT-NON-LOCAL-01 ')}${accept('default/a:http', 40010).replace('NON-LOCAL ', 'NON-LOCAL-05 ')}COMMIT
-`,
+    renderRestoreInput({ ...ctx, portals: [a, b, outside] }).filter,
+    filterOf(range('tcp'), range('udp'), accept('default/c:http', 50000)),
+  );
+  // Without a range (the kernel picks the ports): one ACCEPT per listener, as before.
+  assert.equal(
+    renderRestoreInput({ ...v4, portals: [a, b] }).filter,
+    filterOf(accept('default/a:http', 40002), accept('default/b:http', 40063)),
+  );
+  // Adding, moving and removing listeners inside the range: nothing for the filter table.
+  assert.equal(renderDelta([a], [a, b], ctx).filter, '');
+  assert.equal(renderDelta([a, b], [{ ...a, proxyPort: 40010 }, b], ctx).filter, '');
+  assert.equal(renderDelta([a, b], [b], ctx).filter, '');
+  assert.notEqual(renderDelta([a, b], [b], ctx).nat, '');
+  // One port: no `:`.
+  assert.match(
+    renderRestoreInput({ ...v4, listenerPorts: { base: 40000, size: 1 }, portals: [] }).filter,
+    /--ctreplsrcport 40000 -j ACCEPT/,
   );
   // Another range renders other rules: a full render, not a delta.
   assert.ok(!sameContext(ctx, { ...ctx, listenerPorts: { base: 40000, size: 65 } }));
