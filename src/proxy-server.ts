@@ -100,6 +100,11 @@ export class ProxyServer {
   readonly workers: WorkerPool | undefined;
   /** Proxy ports that changed since the workers were last told (undefined: gone). */
   readonly #workerPortChanges = new Map<string, number | undefined>();
+  /**
+   * A sync failed after checking its changes out: the workers never heard of its service ports (a
+   * delta names only the next checkout's), so the next sync that succeeds sends them the whole table.
+   */
+  #workersBehind = false;
   /** The workers' counters as of the last request that read them, by service port. */
   #workerStats = new Map<ServicePortKey, ServicePortStats[]>();
   #workerStatsRefresh: Promise<void> | undefined;
@@ -265,6 +270,7 @@ export class ProxyServer {
           }
         },
         onSyncFailed: (err) => {
+          this.#workersBehind = this.workers !== undefined;
           if (err instanceof ProxyError && err.code === 'KUP_ERR_IPTABLES_RESTORE')
             this.metrics.iptablesRestoreFailures.inc();
         },
@@ -281,6 +287,13 @@ export class ProxyServer {
     const pool = this.workers;
     if (pool === undefined) return;
     const changes = this.#workerPortChanges;
+    if (this.#workersBehind) {
+      // As a revived worker is told: every service port and proxy port, as this sync left them.
+      this.#workersBehind = false;
+      pool.send(fullTable(snapshot, this.proxier.proxyPorts()));
+      changes.clear();
+      return;
+    }
     if (changes.size === 0 && snapshot.changedServicePorts.size === 0) return;
     pool.send(tableDelta(snapshot, 'service-ports', changes.size === 0 ? undefined : changes));
     changes.clear();
