@@ -1,14 +1,17 @@
-// Prometheus metrics (prom-client): kube-proxy's sync metrics, plus per service port counters that the
-// data path keeps as plain fields and that are read only when scraped.
+// Prometheus metrics (prom-client): kube-proxy's sync metrics and the process's own; the per service port
+// counters that the data path keeps as plain fields are rendered apart (service-port-metrics.ts).
 import client from 'prom-client';
 import type { Config } from '../config/config.ts';
 import type { Proxier } from '../proxier/proxier.ts';
 import { configz } from './configz.ts';
 import type { Route } from './http.ts';
 import { sendJSON, sendText } from './http.ts';
+import { renderServicePortMetrics } from './service-port-metrics.ts';
 
 export type ProxyMetrics = {
   registry: client.Registry;
+  /** What /metrics serves: the registry's metrics and the per service port families. */
+  text(): Promise<string>;
   syncDuration: client.Histogram;
   lastSync: client.Gauge;
   lastQueued: client.Gauge;
@@ -59,41 +62,6 @@ export function createMetrics(getProxier: () => Proxier | undefined): ProxyMetri
     registers: [registry],
   });
 
-  const labels = ['service', 'protocol'];
-  type Setter = (l: Record<string, string>, v: number) => void;
-  // Values live on the data path as plain fields; these metrics copy them only when scraped.
-  const perService = (
-    name: string,
-    help: string,
-    type: 'counter' | 'gauge',
-    extra: string[],
-    read: (set: Setter) => void,
-  ) => {
-    const labelNames = [...labels, ...extra];
-    if (type === 'counter') {
-      new client.Counter({
-        name,
-        help,
-        labelNames,
-        registers: [registry],
-        collect() {
-          this.reset();
-          read((l, v) => this.inc(l, v));
-        },
-      });
-    } else {
-      new client.Gauge({
-        name,
-        help,
-        labelNames,
-        registers: [registry],
-        collect() {
-          this.reset();
-          read((l, v) => this.set(l, v));
-        },
-      });
-    }
-  };
   const each = (
     fn: (service: string, protocol: string, s: ReturnType<Proxier['status']>[number]) => void,
   ) => {
@@ -101,86 +69,6 @@ export function createMetrics(getProxier: () => Proxier | undefined): ProxyMetri
     if (p === undefined) return;
     for (const s of p.status()) fn(s.servicePort.name, s.servicePort.protocol, s);
   };
-  perService(
-    'kup_service_connections_total',
-    'Connections accepted (TCP) or sessions opened (UDP) per service port',
-    'counter',
-    [],
-    (set) => each((service, protocol, s) => set({ service, protocol }, s.context.stats.accepted)),
-  );
-  perService(
-    'kup_service_connections_active',
-    'Open TCP connections or UDP sessions per service port',
-    'gauge',
-    [],
-    (set) => each((service, protocol, s) => set({ service, protocol }, s.context.stats.active)),
-  );
-  perService(
-    'kup_service_bytes_total',
-    'Bytes relayed per service port, of closed connections',
-    'counter',
-    ['direction'],
-    (set) =>
-      each((service, protocol, s) => {
-        set({ service, protocol, direction: 'from_client' }, s.context.stats.bytesFromClients);
-        set({ service, protocol, direction: 'to_client' }, s.context.stats.bytesToClients);
-      }),
-  );
-  perService(
-    'kup_service_no_endpoints_total',
-    'Connections closed or datagrams dropped for lack of endpoints',
-    'counter',
-    [],
-    (set) => each((service, protocol, s) => set({ service, protocol }, s.context.stats.noEndpoints)),
-  );
-  perService(
-    'kup_service_connect_failures_total',
-    'Failed connect attempts to endpoints, by reason',
-    'counter',
-    ['reason'],
-    (set) =>
-      each((service, protocol, s) => {
-        for (const [reason, n] of Object.entries(s.context.stats.connectFailures))
-          set({ service, protocol, reason }, n);
-      }),
-  );
-  perService(
-    'kup_service_endpoint_picks_total',
-    'Times the load balancer chose each endpoint',
-    'counter',
-    ['endpoint'],
-    (set) =>
-      each((service, protocol, s) => {
-        for (const [endpoint, n] of s.context.stats.picks) set({ service, protocol, endpoint }, n);
-      }),
-  );
-  perService(
-    'kup_endpoint_ejections_total',
-    'Endpoints ejected by passive outlier detection (consecutive connect failures)',
-    'counter',
-    [],
-    (set) => each((service, protocol, s) => set({ service, protocol }, s.context.stats.ejections)),
-  );
-  perService(
-    'kup_udp_sessions_evicted_total',
-    'UDP sessions evicted because the per-service or total cap was reached',
-    'counter',
-    [],
-    (set) =>
-      each((service, protocol, s) => {
-        if (protocol === 'UDP') set({ service, protocol }, s.context.stats.udpSessionsEvicted);
-      }),
-  );
-  perService(
-    'kup_udp_sessions_endpoint_removed_total',
-    'UDP sessions closed because their endpoint left (the next datagram picks a live one)',
-    'counter',
-    [],
-    (set) =>
-      each((service, protocol, s) => {
-        if (protocol === 'UDP') set({ service, protocol }, s.context.stats.udpSessionsEndpointRemoved);
-      }),
-  );
   // kube-proxy's gauge: service ports with endpoints whose Local policy leaves none on this node (their
   // traffic of that kind is dropped).
   new client.Gauge({
@@ -204,6 +92,9 @@ export function createMetrics(getProxier: () => Proxier | undefined): ProxyMetri
   });
   return {
     registry,
+    // The per service port families are not prom-client metrics: see service-port-metrics.ts.
+    text: async () =>
+      `${await registry.metrics()}\n${await renderServicePortMetrics(() => getProxier()?.status() ?? [])}`,
     syncDuration,
     lastSync,
     lastQueued,
@@ -226,8 +117,7 @@ function range(from: number, to: number, step: number): number[] {
  */
 export function metricsRoutes(metrics: ProxyMetrics, config: Config): Record<string, Route> {
   return {
-    '/metrics': async (_req, res) =>
-      sendText(res, 200, await metrics.registry.metrics(), metrics.registry.contentType),
+    '/metrics': async (_req, res) => sendText(res, 200, await metrics.text(), metrics.registry.contentType),
     '/proxyMode': (_req, res) => sendText(res, 200, 'userspace'),
     '/configz': (_req, res) => sendJSON(res, 200, configz(config)),
     '/healthz': (_req, res) => sendText(res, 200, 'ok'),

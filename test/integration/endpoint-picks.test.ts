@@ -48,7 +48,7 @@ test('endpoint picks: the series of endpoints that left are dropped, those that 
   const key = 'default/web:http/TCP';
   await waitFor(() => proxy.proxyPort(key) !== undefined);
   const webPort = proxy.proxyPort(key)!;
-  const registry = proxy.server.metrics.registry;
+  const metrics = proxy.server.metrics;
 
   // A rollout in three steps: each generation of pods replaces the last, and takes traffic.
   for (const gen of [ips.slice(0, 3), ips.slice(3, 6), ips.slice(6, 10)]) {
@@ -61,7 +61,7 @@ test('endpoint picks: the series of endpoints that left are dropped, those that 
     for (let i = 0; i < gen.length * 2; i++) assert.ok(gen.includes(await request(webPort)));
   }
   const last = ips.slice(6, 10).map((ip) => `${ip}:${port}`);
-  assert.deepEqual(pickSeries(await registry.metrics()), last.sort(), 'only the current pods have a series');
+  assert.deepEqual(pickSeries(await metrics.text()), last.sort(), 'only the current pods have a series');
   const picks = proxy.server.proxier.get(key as never)!.context.stats.picks;
   assert.equal(
     [...picks.values()].reduce((a, b) => a + b, 0),

@@ -149,7 +149,7 @@ test('the whole proxy: endpoints at its own proxy ports are left out with one wa
     [`${tcpKey} 127.0.0.1:${tcpPort} proxy-port`, `${udpKey} 127.0.0.1:${udpPort} proxy-port`].sort(),
     'one warning per endpoint',
   );
-  const metrics = await server.metrics.registry.metrics();
+  const metrics = await server.metrics.text();
   assert.match(metrics, /kup_forwarding_loop_endpoints\{service="default\/loop:http",protocol="TCP"\} 1/);
   assert.match(metrics, /kup_forwarding_loop_endpoints\{service="default\/loop:dns",protocol="UDP"\} 1/);
   const debug = (await (
