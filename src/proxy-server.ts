@@ -190,7 +190,7 @@ export class ProxyServer {
         netfilter: new Netfilter({
           iptables,
           log,
-          // Listener ports come from the allocator's range: KUBE-NODEPORT-NON-LOCAL accepts all of them at once.
+          // Listener ports come from the allocator's range: KUBE-NODEPORT-NON-LOCAL accepts it whole.
           families: families.map((f) => ({ ...f, listenerPorts: allocator.range })),
           localDetector: (f) => network.localDetectorFor(f),
         }),

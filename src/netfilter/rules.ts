@@ -404,9 +404,9 @@ export const NON_LOCAL_RETURN: Rule = {
  * One ACCEPT per listener costs more than a walk: on every change to a table, nf_tables validates
  * every rule reachable in it (~0.5 µs a rule here), so at 10,000 listeners each Service added or removed
  * paid ~5 ms for its ACCEPT (a `-D` in a 10,000-rule chain ~100 ms), every other filter change ~5 ms
- * more, and a DNATed packet walked up to 10,000 rules. The difference: a DNATed connection to a port of the range without a listener is
- * refused by the kernel (RST) where the INPUT policy would have dropped it; only NAT rules, which root
- * writes, DNAT anything here.
+ * more, and a DNATed packet walked up to 10,000 rules. The difference: a DNATed connection to a port of
+ * the range without a listener is refused by the kernel (RST) where the INPUT policy would have dropped
+ * it; only NAT rules, which root writes, DNAT anything here.
  */
 export function nonLocalRangeRules(ctx: RuleContext): Rule[] {
   const ports = ctx.listenerPorts;
