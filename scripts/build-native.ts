@@ -1,17 +1,16 @@
-// Builds native/tcp_fin.c into build/native/tcp_fin.node with the system's C compiler, against Node-API's
-// headers (node_api.h: the same ABI on every Node version). No node-gyp and no download: the headers come
+// Builds every native/<name>.c into build/native/<name>.node with the system's C compiler, against
+// Node-API's headers (node_api.h: the same ABI on every Node version; uv.h beside it for the loop). No node-gyp and no download: the headers come
 // from the Node that runs this, the `node` package's platform binary, or the system's Node.
 //
 //   node scripts/build-native.ts             fails when it cannot build (npm run build, CI)
 //   node scripts/build-native.ts --optional  says why and exits 0 (npm ci's prepare): the proxy runs
 //                                            without it, its FIN a loop turn or two after the data
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, renameSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync } from 'node:fs';
 import path from 'node:path';
 
 const root = path.resolve(import.meta.dirname, '..');
-const source = path.join(root, 'native', 'tcp_fin.c');
-const output = path.join(root, 'build', 'native', 'tcp_fin.node');
+const sources = readdirSync(path.join(root, 'native')).filter((f) => f.endsWith('.c'));
 const optional = process.argv.includes('--optional');
 
 function headerDirs(): string[] {
@@ -35,7 +34,7 @@ function headerDirs(): string[] {
 
 function fail(message: string): never {
   if (optional) {
-    console.warn(`build-native: ${message}; the proxy runs without build/native/tcp_fin.node`);
+    console.warn(`build-native: ${message}; the proxy runs without its addons (build/native/*.node)`);
     process.exit(0);
   }
   console.error(`build-native: ${message}`);
@@ -46,14 +45,18 @@ if (process.platform !== 'linux') fail(`the addon is for Linux (this is ${proces
 const headers = headerDirs().find((d) => existsSync(path.join(d, 'node_api.h')));
 if (headers === undefined) fail(`no node_api.h in ${headerDirs().join(', ')} (set KUP_NODE_HEADERS)`);
 const cc = process.env.CC ?? 'cc';
-mkdirSync(path.dirname(output), { recursive: true });
-const partial = `${output}.${process.pid}.tmp`;
-const args = ['-O2', '-Wall', '-Wextra', '-Werror', '-fPIC', '-shared', `-I${headers}`];
-args.push('-DNODE_GYP_MODULE_NAME=tcp_fin', '-o', partial, source);
-const built = spawnSync(cc, args, { stdio: ['ignore', 'inherit', 'inherit'] });
-if (built.error !== undefined)
-  fail(`${cc}: ${built.error.message} (install a C compiler: apt-get install gcc libc6-dev)`);
-if (built.status !== 0) fail(`${cc} exited with ${built.status}`);
-// Renamed into place: a proxy starting meanwhile loads the old file or the new one, never half of one.
-renameSync(partial, output);
-console.log(`build-native: ${path.relative(root, output)} (headers: ${headers})`);
+for (const file of sources) {
+  const name = path.basename(file, '.c');
+  const output = path.join(root, 'build', 'native', `${name}.node`);
+  mkdirSync(path.dirname(output), { recursive: true });
+  const partial = `${output}.${process.pid}.tmp`;
+  const args = ['-O2', '-Wall', '-Wextra', '-Werror', '-fPIC', '-shared', `-I${headers}`];
+  args.push(`-DNODE_GYP_MODULE_NAME=${name}`, '-o', partial, path.join(root, 'native', file));
+  const built = spawnSync(cc, args, { stdio: ['ignore', 'inherit', 'inherit'] });
+  if (built.error !== undefined)
+    fail(`${cc}: ${built.error.message} (install a C compiler: apt-get install gcc libc6-dev)`);
+  if (built.status !== 0) fail(`${cc} exited with ${built.status} building ${file}`);
+  // Renamed into place: a proxy starting meanwhile loads the old file or the new one, never half of one.
+  renameSync(partial, output);
+  console.log(`build-native: ${path.relative(root, output)} (headers: ${headers})`);
+}
