@@ -31,6 +31,7 @@ import { lockStateFile, type StateFileLock } from './proxier/state-file-lock.ts'
 import { SyncLoop } from './proxier/sync-loop.ts';
 import type { ServicePortStats } from './relay/service-context.ts';
 import { processTcpFin } from './relay/tcp-fin.ts';
+import { processTcpOffload } from './relay/tcp-offload.ts';
 import { debugRoutes } from './server/debug.ts';
 import { healthRoutes } from './server/health-routes.ts';
 import type { HttpServer, Route } from './server/http.ts';
@@ -381,6 +382,12 @@ export class ProxyServer {
       this.log.warn(
         { reason: tcpFin.error },
         "An endpoint's FIN follows its last bytes a loop turn late: clients that close on the answer keep the TIME_WAIT",
+      );
+    const tcpOffload = processTcpOffload();
+    if (tcpOffload.error !== undefined)
+      this.log.warn(
+        { reason: tcpOffload.error },
+        'TCP bytes are relayed through Node streams (more CPU per request and memory per connection)',
       );
     const caps = readEffectiveCapabilities();
     if (this.#needsNetAdmin && caps !== undefined && !hasCapability(caps, CAP_NET_ADMIN))

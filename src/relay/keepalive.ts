@@ -3,14 +3,16 @@
 // within seconds never sends a probe. So a sweep of the process's sweeper turns it on, on both sockets,
 // for every connection that has been open for a sweep interval; the probes then start after the usual
 // idle delay.
-import type net from 'node:net';
 import type { Sweepable } from './sweeper.ts';
 import { processSweeper, type Sweeper } from './sweeper.ts';
 
 /** What the sweep needs to know of one proxied connection. */
 export interface KeepAliveCandidate {
-  /** Both sockets, once connected; undefined while dialling or after the end. */
-  keepAliveSockets(): readonly [net.Socket, net.Socket] | undefined;
+  /**
+   * Turns keep-alive on for both sockets with this idle delay; false (nothing done) while dialling or
+   * after the end.
+   */
+  turnKeepAliveOn(delayMs: number): boolean;
   readonly startMs: number;
   keepAliveOn: boolean;
 }
@@ -59,10 +61,7 @@ export class KeepAliveSweeper implements Sweepable {
       }
       for (const conn of source.connections) {
         if (conn.keepAliveOn || conn.startMs > before) continue;
-        const sockets = conn.keepAliveSockets();
-        if (sockets === undefined) continue;
-        conn.keepAliveOn = true;
-        for (const s of sockets) if (!s.destroyed) s.setKeepAlive(true, source.keepAliveDelayMs);
+        if (conn.turnKeepAliveOn(source.keepAliveDelayMs)) conn.keepAliveOn = true;
       }
     }
     if (this.#sources.size > 0) return true;

@@ -29,7 +29,8 @@ import { proxyProtocolHeader } from './proxy-protocol.ts';
 import type { ProxyProtocolSettings, ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
 import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
-import { endFollows, finNow, processTcpFin, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
+import { endFollows, finNow, processTcpFin, socketFd, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
+import { type OffloadOwner, processTcpRelay, type TcpOffload } from './tcp-offload.ts';
 
 /** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
 export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
@@ -93,6 +94,11 @@ export type TcpRelayDeps = {
    * addon when it is built. null: without (FIN when Node reads the EOF, a loop turn or two later).
    */
   tcpFin?: TcpFinCalls | null;
+  /**
+   * The native relay that takes an established connection over once its bytes need no JavaScript
+   * (tcp-offload.ts); default: the process's when the addon is built. null: the relay stays in JavaScript.
+   */
+  tcpOffload?: TcpOffload | null;
 };
 
 /** How often a listener may log that its connection cap (or a loop) turned connections away. */
@@ -114,7 +120,7 @@ const OPEN = 1;
 const CLOSED = 2;
 
 /** One proxied TCP connection: a client socket and, once connected, an upstream socket. */
-class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
+class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, OffloadOwner {
   readonly id = nextConnectionId();
   readonly listener: TcpListener;
   readonly context: ServicePortContext;
@@ -122,7 +128,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   observer: ConnectionObserver;
   /** The balancer of the client's family, for everything about this connection. */
   readonly balancer: Balancer;
-  readonly client: ConnSocket;
+  /** undefined once the native relay took the connection over (its sockets are destroyed then). */
+  clientSocket: ConnSocket | undefined;
   readonly clientAddress: string;
   readonly clientPort: number;
   readonly startMs: number;
@@ -158,13 +165,18 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   stallMark = 0;
   /** Our FIN to the client went out with the endpoint's last bytes. */
   clientFinSent = false;
+  /** The native relay's slot while it moves the bytes (tcp-offload.ts); -1 when it does not. */
+  relay = -1;
+  /** Bytes from and to the client before the hand-over; all of them once the native relay ended. */
+  baseFromClient = 0;
+  baseToClient = 0;
 
   constructor(listener: TcpListener, client: net.Socket, now: number) {
     this.listener = listener;
     this.context = listener.context;
     // Fixed for the connection's life: a tracing change of the service port applies to new connections.
     this.observer = listener.context.observer;
-    this.client = client;
+    this.clientSocket = client;
     this.clientAddress = normalizeAddress(client.remoteAddress);
     this.balancer = listener.context.balancers[clientFamily(this.clientAddress)];
     this.clientPort = client.remotePort ?? 0;
@@ -178,15 +190,31 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   get protocol() {
     return 'TCP' as const;
   }
-  keepAliveSockets(): readonly [net.Socket, net.Socket] | undefined {
-    return this.state === OPEN && this.upstream !== undefined ? [this.client, this.upstream] : undefined;
+  /** The client's socket, for the JavaScript relay (never after the hand-over, which drops it). */
+  get client(): ConnSocket {
+    return this.clientSocket!;
+  }
+
+  turnKeepAliveOn(delayMs: number): boolean {
+    if (this.state !== OPEN) return false;
+    if (this.relay >= 0) {
+      // As Node's setKeepAlive: whole seconds, at least one.
+      this.listener.offload!.calls.keepAlive(this.relay, Math.max(1, Math.floor(delayMs / 1000)));
+      return true;
+    }
+    const upstream = this.upstream;
+    if (upstream === undefined) return false;
+    for (const s of [this.client, upstream]) if (!s.destroyed) s.setKeepAlive(true, delayMs);
+    return true;
   }
 
   get bytesFromClient(): number {
-    return this.client.bytesRead;
+    if (this.relay >= 0) return this.baseFromClient + this.listener.offload!.fromClient(this.relay);
+    return this.clientSocket?.bytesRead ?? this.baseFromClient;
   }
   get bytesToClient(): number {
-    return this.client.bytesWritten;
+    if (this.relay >= 0) return this.baseToClient + this.listener.offload!.toClient(this.relay);
+    return this.clientSocket?.bytesWritten ?? this.baseToClient;
   }
 
   /** Picks an endpoint and starts a connect attempt; closes the client when none is left. */
@@ -312,6 +340,20 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
       upstream.write(this.#proxyHeader(pp));
       setImmediate(uncorkNextTurn, upstream);
     }
+    const observer = this.observer;
+    try {
+      observer.opened(this);
+      this.sniffing = observer.wantsData;
+    } catch (err) {
+      // It saw no complete opening: it is not told of the close either.
+      this.observer = noopObserver;
+      observerFailed(this.context, observer, this.listener.log, err, 'opened');
+    }
+    // Nothing to watch in the bytes and no header waiting: the native relay moves them from the start.
+    if (!this.sniffing && pp === undefined && this.listener.offload !== undefined) {
+      upstream.setTimeout(0);
+      if (this.offload()) return;
+    }
     const idle = this.listener.options.idleTimeoutMs;
     upstream.setTimeout(idle);
     client.setTimeout(idle);
@@ -324,15 +366,6 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
     upstream.on('data', onUpstreamData);
     client.on('drain', onClientDrain);
     upstream.on('drain', onUpstreamDrain);
-    const observer = this.observer;
-    try {
-      observer.opened(this);
-      this.sniffing = observer.wantsData;
-    } catch (err) {
-      // It saw no complete opening: it is not told of the close either.
-      this.observer = noopObserver;
-      observerFailed(this.context, observer, this.listener.log, err, 'opened');
-    }
     // Accepted paused (pauseOnConnect): the client's bytes flow from now on.
     client.resume();
   }
@@ -348,6 +381,89 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
       client.localPort ?? 0,
     );
     return proxyProtocolHeader(pp.version, this.clientAddress, this.clientPort, dst.address, dst.port);
+  }
+
+  /**
+   * Hands the connection to the native relay (tcp-offload.ts) when JavaScript has nothing left to do with
+   * its bytes: the observer wants none, nothing waits in Node or libuv either way, neither side ended.
+   * The sockets are destroyed (their descriptors' dups keep the connections). Returns whether it did.
+   */
+  offload(): boolean {
+    const offload = this.listener.offload;
+    const client = this.clientSocket;
+    const upstream = this.upstream;
+    if (
+      offload === undefined ||
+      this.relay >= 0 ||
+      this.sniffing ||
+      this.state !== OPEN ||
+      this.clientEnded ||
+      this.upstreamEnded ||
+      this.clientFinSent ||
+      client === undefined ||
+      upstream === undefined ||
+      !drained(client) ||
+      !drained(upstream)
+    )
+      return false;
+    const clientFd = socketFd(client);
+    const upstreamFd = socketFd(upstream);
+    if (clientFd < 0 || upstreamFd < 0) return false;
+    const o = this.listener.options;
+    const slot = offload.calls.start(
+      clientFd,
+      upstreamFd,
+      this,
+      o.idleTimeoutMs,
+      o.halfCloseTimeoutMs,
+      o.stallTimeoutMs,
+      stallSweepMs(o.stallTimeoutMs),
+    );
+    // dup() failed (descriptors ran out): the JavaScript relay goes on.
+    if (slot < 0) return false;
+    offload.started++;
+    this.relay = slot;
+    this.baseFromClient = client.bytesRead;
+    this.baseToClient = client.bytesWritten;
+    client[kConn] = undefined;
+    upstream[kConn] = undefined;
+    client.destroy();
+    upstream.destroy();
+    this.clientSocket = undefined;
+    this.upstream = undefined;
+    return true;
+  }
+
+  /** The client is held back: what it sent waits for the endpoint to take it (backpressure). */
+  clientHeld(): boolean {
+    if (this.relay >= 0) return (this.listener.offload!.calls.held(this.relay) & 1) !== 0;
+    return this.clientSocket?.isPaused() === true && (this.upstream?.writableLength ?? 0) > 0;
+  }
+
+  /** The endpoint is held back: what it sent waits for the client to take it. */
+  endpointHeld(): boolean {
+    if (this.relay >= 0) return (this.listener.offload!.calls.held(this.relay) & 2) !== 0;
+    return this.upstream?.isPaused() === true;
+  }
+
+  /** Both sockets are closed (or were handed over and the native relay closed them). */
+  socketsClosed(): boolean {
+    return this.relay < 0 && (this.clientSocket?.destroyed ?? true) && (this.upstream?.destroyed ?? true);
+  }
+
+  /** The native relay ended by itself: both sockets are closed. */
+  relayEnded(reason: CloseReason, fromClient: number, toClient: number): void {
+    this.#relayDone(fromClient, toClient);
+    this.closeReason ??= reason;
+    this.finish(reason);
+  }
+
+  #relayDone(fromClient: number, toClient: number): void {
+    this.relay = -1;
+    this.baseFromClient += fromClient;
+    this.baseToClient += toClient;
+    this.clientClosed = true;
+    this.upstreamClosed = true;
   }
 
   /** One side sent FIN (already passed on); bound how long the other side may stay open. */
@@ -367,6 +483,16 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
   /** Tears both sockets down now (an error, a reset or a timeout on either side). */
   abort(reason: CloseReason): void {
     this.closeReason ??= reason;
+    const relay = this.relay;
+    if (relay >= 0) {
+      const offload = this.listener.offload!;
+      const fromClient = offload.fromClient(relay);
+      const toClient = offload.toClient(relay);
+      offload.calls.abort(relay, reason === 'stalled' ? 1 : 0);
+      this.#relayDone(fromClient, toClient);
+      this.finish(reason);
+      return;
+    }
     if (reason === 'stalled') {
       // With RST: what the kernel still holds for the endpoint that does not read is dropped at once.
       this.client.resetAndDestroy();
@@ -388,6 +514,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
    */
   checkStall(nowMs: number, timeoutMs: number): void {
     const upstream = this.upstream;
+    // Also after the hand-over (no upstream socket then): the native relay checks its own.
     if (this.state !== OPEN || upstream === undefined || this.clientEnded || this.upstreamEnded) return;
     const client = this.client;
     const probe = this.listener.options.idleTimeoutMs === 0;
@@ -425,8 +552,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
     this.listener.connections.delete(this);
     if (this.listener.connections.size === 0) this.listener.lastConnectionEnded();
     if (wasOpen) {
-      stats.bytesFromClients += this.client.bytesRead;
-      stats.bytesToClients += this.client.bytesWritten;
+      stats.bytesFromClients += this.bytesFromClient;
+      stats.bytesToClients += this.bytesToClient;
     }
     try {
       this.observer.closed(this);
@@ -454,6 +581,18 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner {
       return false;
     }
   }
+}
+
+/** Nothing of the socket's waits in Node or libuv either way, and it is open both ways. */
+function drained(socket: net.Socket): boolean {
+  const handle = (socket as net.Socket & { _handle?: { writeQueueSize?: number } | null })._handle;
+  return (
+    socket.writableLength === 0 &&
+    socket.readableLength === 0 &&
+    (handle?.writeQueueSize ?? 1) === 0 &&
+    !socket.writableEnded &&
+    !socket.readableEnded
+  );
 }
 
 /** Bytes of ours the socket's kernel has taken: written, minus what still waits in Node and in libuv. */
@@ -587,6 +726,8 @@ function uncorkNextTurn(upstream: net.Socket): void {
 
 function uncork(upstream: net.Socket): void {
   upstream.uncork();
+  const conn = connOf(upstream);
+  if (conn !== undefined && !conn.sniffing && conn.listener.offload !== undefined) conn.offload();
 }
 
 function onClientData(this: net.Socket, chunk: Buffer): void {
@@ -596,6 +737,7 @@ function onClientData(this: net.Socket, chunk: Buffer): void {
   const flowing = upstream.write(chunk);
   if (conn!.sniffing) conn!.sniffing = conn!.sniffClient(chunk);
   if (!flowing) this.pause();
+  else if (!conn!.sniffing && conn!.listener.offload !== undefined) conn!.offload();
 }
 
 function onUpstreamData(this: net.Socket, chunk: Buffer): void {
@@ -610,15 +752,20 @@ function onUpstreamData(this: net.Socket, chunk: Buffer): void {
   } else flowing = conn.client.write(chunk);
   if (conn.sniffing) conn.sniffing = conn.sniffEndpoint(chunk);
   if (!flowing) this.pause();
+  else if (!conn.sniffing && conn.listener.offload !== undefined) conn.offload();
 }
 
 function onUpstreamDrain(this: net.Socket): void {
   const conn = connOf(this);
-  if (conn !== undefined && conn.upstream === this) conn.client.resume();
+  if (conn === undefined || conn.upstream !== this) return;
+  conn.client.resume();
+  if (!conn.sniffing && conn.listener.offload !== undefined) conn.offload();
 }
 
 function onClientDrain(this: net.Socket): void {
-  connOf(this)?.upstream?.resume();
+  const conn = connOf(this);
+  conn?.upstream?.resume();
+  if (conn !== undefined && !conn.sniffing && conn.listener.offload !== undefined) conn.offload();
 }
 
 const SERVER_OPTIONS: net.ServerOpts = { allowHalfOpen: true, pauseOnConnect: true, noDelay: true };
@@ -648,6 +795,7 @@ export class TcpListener implements KeepAliveSource, Sweepable {
   readonly onEjection: EjectionListener | undefined;
   readonly ownTraffic: OwnTraffic;
   readonly tcpFin: TcpFinCalls | undefined;
+  readonly offload: TcpOffload | undefined;
   readonly connections = new Set<TcpConnection>();
   /** Waiters for the last connection to end (drained()); undefined while nobody waits. */
   #drained: PromiseWithResolvers<void> | undefined;
@@ -703,6 +851,7 @@ export class TcpListener implements KeepAliveSource, Sweepable {
     this.onEjection = deps.onEjection;
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
     this.tcpFin = deps.tcpFin === null ? undefined : (deps.tcpFin ?? processTcpFin().calls);
+    this.offload = deps.tcpOffload === null ? undefined : (deps.tcpOffload ?? processTcpRelay() ?? undefined);
     this.#sweeper = deps.sweeper ?? processSweeper;
     (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);
     this.server = new ListenerServer(this, TcpListener.#accept);

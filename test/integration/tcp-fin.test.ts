@@ -33,8 +33,10 @@ async function closingEndpoint(t: After, host: string) {
   return pod;
 }
 
+/** `tcpFin` null: neither addon (the native relay of tcp-offload.ts sends its FIN with the data too). */
 async function relay(t: After, podHost: string, podPort: number, tcpFin: TcpFinCalls | null) {
-  const listener = new TcpListener(makeContext([ep(podHost, podPort)]), DEFAULT_TCP_OPTIONS, { log, tcpFin });
+  const deps = tcpFin === null ? { log, tcpFin, tcpOffload: null } : { log, tcpFin };
+  const listener = new TcpListener(makeContext([ep(podHost, podPort)]), DEFAULT_TCP_OPTIONS, deps);
   await listener.listen('127.0.0.1', 0);
   t.after(() => listener.destroy());
   return listener;

@@ -1,0 +1,564 @@
+// tcp_relay: the byte relay of an established TCP connection, on Node's own event loop, once JavaScript
+// has nothing more to do with its bytes (src/relay/tcp-offload.ts says when and why).
+//
+// start() dup()s both descriptors (Node then closes its sockets: a close() of one of two descriptors
+// sends nothing) and watches the dups with uv_poll. Each readable side is read into one buffer shared by
+// every relay (the loop is single-threaded) and written on at once; what the other side's kernel does not
+// take waits in a buffer of the connection's own, and the side that sent it is not read until it is out
+// (backpressure). An end of stream is passed on with shutdown(SHUT_WR) once the bytes before it are out,
+// in the same segment as the last of them (TCP_CORK) when they leave together; a reset or an error
+// closes both sides, as the JavaScript relay's destroy() does. The idle, half-close and stall timeouts
+// run on one timer per connection. JavaScript hears of a connection once, when it is over: the callback
+// given to setup() gets (owner, reason, bytes from the client, bytes to the client); abort() ends one
+// without the callback.
+//
+// Node-API for everything JavaScript sees; libuv (uv.h from the same headers) only for the loop.
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <node_api.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+// Close reasons, as the numbers src/relay/tcp-offload.ts maps back to names.
+enum {
+  R_NONE = 0,
+  R_CLIENT_FIN = 1,
+  R_ENDPOINT_FIN = 2,
+  R_CLIENT_RESET = 3,
+  R_ENDPOINT_RESET = 4,
+  R_ERROR = 5,
+  R_IDLE = 6,
+  R_HALF_CLOSE = 7,
+  R_STALLED = 8,
+};
+
+#define CLIENT 0
+#define UPSTREAM 1
+#define READ_SIZE 65536
+
+typedef struct relay relay_t;
+
+typedef struct {
+  uv_poll_t poll;
+  relay_t* relay;
+  int fd;
+  int side;
+  int mask;       // the events the poll watches now
+  int eof;        // read to its end of stream
+  int rdhup;      // its FIN has arrived (not necessarily read yet)
+  int shut;       // our FIN sent to it
+  char* pending;  // bytes for this side that its kernel did not take yet
+  size_t pendingLen;
+  size_t pendingOff;
+  double bytesRead;
+  double bytesWritten;
+} side_t;
+
+struct relay {
+  side_t sides[2];
+  uv_timer_t timer;
+  napi_ref owner;
+  int32_t slot;
+  int closing;  // handles being closed: 3 (two polls, the timer) callbacks to come
+  int reason;   // the first abort's
+  int finBy;    // the first FIN's
+  uint64_t lastActivity;  // loop time of the last byte read or taken by a kernel
+  uint64_t timerDue;      // 0: not armed
+  uint32_t idleMs;
+  uint32_t halfCloseMs;
+  uint32_t stallMs;
+  uint32_t stallCheckMs;
+};
+
+static napi_env g_env;
+static napi_ref g_on_end;
+static napi_async_context g_async;
+static uv_loop_t* g_loop;
+static char g_buf[READ_SIZE];
+static relay_t** g_slots;
+static int32_t g_slot_count;
+static int32_t g_free_head = -1;  // free slots are chained through g_next_free
+static int32_t* g_next_free;
+static int32_t g_active;
+
+static void relay_end(relay_t* r, int notify);
+static void update(relay_t* r);
+
+static int32_t slot_take(relay_t* r) {
+  if (g_free_head < 0) {
+    int32_t n = g_slot_count == 0 ? 64 : g_slot_count * 2;
+    relay_t** slots = realloc(g_slots, sizeof *slots * (size_t)n);
+    if (slots == NULL) return -1;
+    g_slots = slots;
+    int32_t* next = realloc(g_next_free, sizeof *next * (size_t)n);
+    if (next == NULL) return -1;
+    g_next_free = next;
+    for (int32_t i = n - 1; i >= g_slot_count; i--) {
+      g_slots[i] = NULL;
+      g_next_free[i] = g_free_head;
+      g_free_head = i;
+    }
+    g_slot_count = n;
+  }
+  int32_t s = g_free_head;
+  g_free_head = g_next_free[s];
+  g_slots[s] = r;
+  g_active++;
+  return s;
+}
+
+static void slot_free(int32_t s) {
+  g_slots[s] = NULL;
+  g_next_free[s] = g_free_head;
+  g_free_head = s;
+  g_active--;
+}
+
+static relay_t* slot_get(int32_t s) {
+  return s >= 0 && s < g_slot_count ? g_slots[s] : NULL;
+}
+
+static int reset_reason(int side) {
+  return side == CLIENT ? R_CLIENT_RESET : R_ENDPOINT_RESET;
+}
+
+// An error on a side: how the JavaScript relay names it (onClientError, onUpstreamError).
+static int error_reason(int side, int err) {
+  if (err == ECONNRESET) return reset_reason(side);
+  if (side == CLIENT && err == EPIPE) return R_CLIENT_RESET;
+  return R_ERROR;
+}
+
+static void abort_with(relay_t* r, int reason) {
+  if (r->reason == R_NONE) r->reason = reason;
+  relay_end(r, 1);
+}
+
+// Writes what waits for `to`; 1 when all of it is out, 0 when its kernel is full, -1 after an abort.
+static int flush(relay_t* r, side_t* to) {
+  while (to->pendingOff < to->pendingLen) {
+    ssize_t n = write(to->fd, to->pending + to->pendingOff, to->pendingLen - to->pendingOff);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      abort_with(r, error_reason(to->side, errno));
+      return -1;
+    }
+    to->pendingOff += (size_t)n;
+    to->bytesWritten += (double)n;
+    r->lastActivity = uv_now(g_loop);
+  }
+  free(to->pending);
+  to->pending = NULL;
+  to->pendingLen = to->pendingOff = 0;
+  return 1;
+}
+
+// `from` ended and everything it sent is out: our FIN to the other side (closes both once both ended).
+static int pass_fin(relay_t* r, side_t* from) {
+  side_t* to = &r->sides[1 - from->side];
+  if (r->finBy == R_NONE) r->finBy = from->side == CLIENT ? R_CLIENT_FIN : R_ENDPOINT_FIN;
+  if (to->eof) {
+    // Both ended, both flushed: close() sends the FIN after the data, as passFin's destroy().
+    relay_end(r, 1);
+    return -1;
+  }
+  if (!to->shut) {
+    to->shut = 1;
+    shutdown(to->fd, SHUT_WR);
+  }
+  return 0;
+}
+
+// Reads what `from` has and writes it on; -1 after the relay ended.
+static int pump(relay_t* r, side_t* from, int disconnect) {
+  side_t* to = &r->sides[1 - from->side];
+  ssize_t n;
+  do n = read(from->fd, g_buf, READ_SIZE);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    abort_with(r, error_reason(from->side, errno));
+    return -1;
+  }
+  r->lastActivity = uv_now(g_loop);
+  if (n == 0) {
+    from->eof = 1;
+    return pass_fin(r, from);
+  }
+  from->bytesRead += (double)n;
+  if (disconnect) from->rdhup = 1;
+  // The FIN has come and this read drained the socket: it is next, and leaves with these bytes.
+  int last = from->rdhup && n < READ_SIZE && !to->shut;
+  int one = 1, zero = 0;
+  if (last) setsockopt(to->fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+  ssize_t w;
+  do w = write(to->fd, g_buf, (size_t)n);
+  while (w < 0 && errno == EINTR);
+  if (w < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      abort_with(r, error_reason(to->side, errno));
+      return -1;
+    }
+    w = 0;
+  }
+  to->bytesWritten += (double)w;
+  if (w < n) {
+    if (last) setsockopt(to->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+    to->pending = malloc((size_t)(n - w));
+    if (to->pending == NULL) {
+      abort_with(r, R_ERROR);
+      return -1;
+    }
+    memcpy(to->pending, g_buf + w, (size_t)(n - w));
+    to->pendingLen = (size_t)(n - w);
+    to->pendingOff = 0;
+    return 0;
+  }
+  if (last) {
+    // Read the EOF now (it is there), and the FIN pushes out what the cork holds.
+    char byte;
+    ssize_t e = recv(from->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (e == 0) {
+      from->eof = 1;
+      return pass_fin(r, from);
+    }
+    setsockopt(to->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+  }
+  return 0;
+}
+
+static void arm_timer(relay_t* r);
+
+// A side's events: readable while its peer can take more, writable while bytes wait for it.
+static int wanted(relay_t* r, side_t* s) {
+  side_t* other = &r->sides[1 - s->side];
+  int m = 0;
+  if (!s->eof && other->pending == NULL) m |= UV_READABLE | UV_DISCONNECT;
+  // Paused: still told of a reset (an error is always reported), and of the FIN once.
+  else if (!s->eof && !s->rdhup) m |= UV_DISCONNECT;
+  if (s->pending != NULL) m |= UV_WRITABLE;
+  return m;
+}
+
+static void on_poll(uv_poll_t* handle, int status, int events);
+
+static void update(relay_t* r) {
+  for (int i = 0; i < 2; i++) {
+    side_t* s = &r->sides[i];
+    int m = wanted(r, s);
+    if (m == s->mask) continue;
+    s->mask = m;
+    if (m == 0) uv_poll_stop(&s->poll);
+    else uv_poll_start(&s->poll, m, on_poll);
+  }
+  arm_timer(r);
+}
+
+static void on_poll(uv_poll_t* handle, int status, int events) {
+  side_t* s = (side_t*)handle;
+  relay_t* r = s->relay;
+  if (r->closing) return;
+  if (status < 0) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    abort_with(r, err != 0 ? error_reason(s->side, err) : reset_reason(s->side));
+    return;
+  }
+  side_t* other = &r->sides[1 - s->side];
+  if (events & UV_WRITABLE && s->pending != NULL) {
+    int done = flush(r, s);
+    if (done < 0) return;
+    if (done && other->eof && pass_fin(r, other) < 0) return;
+  }
+  if (events & UV_READABLE && (s->mask & UV_READABLE)) {
+    if (pump(r, s, (events & UV_DISCONNECT) != 0) < 0) return;
+  } else if (events & UV_DISCONNECT) {
+    // Paused, and its FIN came (or a hang-up, reported until something is read): not polled for it again.
+    s->rdhup = 1;
+  }
+  update(r);
+}
+
+// The timeout that applies now and its reason; 0 when none.
+static uint32_t timeout_of(relay_t* r, int* reason) {
+  // As halfClosed(): the half-close timeout replaces the idle one, when there is one.
+  int ended = r->sides[0].eof || r->sides[1].eof;
+  if (ended && r->halfCloseMs > 0) {
+    *reason = R_HALF_CLOSE;
+    return r->halfCloseMs;
+  }
+  *reason = R_IDLE;
+  return r->idleMs;
+}
+
+static int stalled(relay_t* r) {
+  // The client is paused: the endpoint takes none of its bytes (checkStall's condition).
+  return r->stallMs > 0 && r->sides[UPSTREAM].pending != NULL && !r->sides[0].eof && !r->sides[1].eof;
+}
+
+static void on_timer(uv_timer_t* timer);
+
+static void arm_timer(relay_t* r) {
+  int reason;
+  uint32_t t = timeout_of(r, &reason);
+  uint64_t due = 0;
+  if (t > 0) due = r->lastActivity + t;
+  if (stalled(r)) {
+    uint64_t check = uv_now(g_loop) + r->stallCheckMs;
+    if (due == 0 || check < due) due = check;
+  }
+  if (due == 0) {
+    if (r->timerDue != 0) uv_timer_stop(&r->timer);
+    r->timerDue = 0;
+    return;
+  }
+  // Armed earlier is fine: it re-arms when it fires. Only an earlier deadline restarts it.
+  if (r->timerDue != 0 && r->timerDue <= due) return;
+  uint64_t now = uv_now(g_loop);
+  r->timerDue = due;
+  uv_timer_start(&r->timer, on_timer, due > now ? due - now : 0, 0);
+}
+
+static void on_timer(uv_timer_t* timer) {
+  relay_t* r = (relay_t*)timer->data;
+  r->timerDue = 0;
+  uint64_t now = uv_now(g_loop);
+  int reason;
+  uint32_t t = timeout_of(r, &reason);
+  if (t > 0 && now - r->lastActivity >= t) {
+    abort_with(r, reason);
+    return;
+  }
+  if (stalled(r) && now - r->lastActivity >= r->stallMs) {
+    abort_with(r, R_STALLED);
+    return;
+  }
+  arm_timer(r);
+}
+
+static void on_closed(uv_handle_t* handle) {
+  relay_t* r = (relay_t*)handle->data;
+  if (--r->closing == 0) free(r);
+}
+
+static void set_linger0(int fd) {
+  struct linger l = {1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
+
+// Closes both descriptors (with RST when stalled, as resetAndDestroy()), frees the slot, and tells
+// JavaScript when `notify`.
+static void relay_end(relay_t* r, int notify) {
+  if (r->closing) return;
+  r->closing = 3;
+  int reason = r->reason != R_NONE ? r->reason : r->finBy != R_NONE ? r->finBy : R_CLIENT_FIN;
+  for (int i = 0; i < 2; i++) {
+    side_t* s = &r->sides[i];
+    if (reason == R_STALLED) set_linger0(s->fd);
+    uv_close((uv_handle_t*)&s->poll, on_closed);
+    close(s->fd);
+    free(s->pending);
+    s->pending = NULL;
+  }
+  uv_close((uv_handle_t*)&r->timer, on_closed);
+  slot_free(r->slot);
+  napi_ref owner = r->owner;
+  r->owner = NULL;
+  if (!notify) {
+    napi_delete_reference(g_env, owner);
+    return;
+  }
+  napi_env env = g_env;
+  napi_handle_scope scope;
+  napi_open_handle_scope(env, &scope);
+  napi_value fn, argv[4], result;
+  napi_get_reference_value(env, g_on_end, &fn);
+  napi_get_reference_value(env, owner, &argv[0]);
+  napi_delete_reference(env, owner);
+  napi_create_int32(env, reason, &argv[1]);
+  napi_create_double(env, r->sides[CLIENT].bytesRead, &argv[2]);
+  napi_create_double(env, r->sides[CLIENT].bytesWritten, &argv[3]);
+  // From a poll or timer callback: make_callback runs the microtasks and ticks after it, as Node's own.
+  // `this` is the owner: make_callback wants an object.
+  if (napi_make_callback(env, g_async, argv[0], fn, 4, argv, &result) == napi_pending_exception) {
+    napi_value err;
+    napi_get_and_clear_last_exception(env, &err);
+    napi_fatal_exception(env, err);
+  }
+  napi_close_handle_scope(env, scope);
+}
+
+static int32_t int_arg(napi_env env, napi_value v) {
+  int32_t out = -1;
+  napi_get_value_int32(env, v, &out);
+  return out;
+}
+
+static napi_value int_result(napi_env env, int32_t value) {
+  napi_value out;
+  napi_create_int32(env, value, &out);
+  return out;
+}
+
+// setup(onEnd): the callback for every connection that ends by itself; once per process (or again).
+static napi_value Setup(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1) return int_result(env, -EINVAL);
+  if (g_on_end != NULL) napi_delete_reference(env, g_on_end);
+  napi_create_reference(env, argv[0], 1, &g_on_end);
+  if (g_async == NULL) {
+    napi_value name;
+    napi_create_string_utf8(env, "kup.tcpRelay", NAPI_AUTO_LENGTH, &name);
+    napi_async_init(env, NULL, name, &g_async);
+  }
+  g_env = env;
+  napi_get_uv_event_loop(env, &g_loop);
+  return int_result(env, 0);
+}
+
+// start(clientFd, upstreamFd, owner, idleMs, halfCloseMs, stallMs, stallCheckMs): the relay's slot
+// (>= 0), or -errno. The caller's descriptors are left to it (it closes them).
+static napi_value Start(napi_env env, napi_callback_info info) {
+  size_t argc = 7;
+  napi_value argv[7];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 7 || g_on_end == NULL) return int_result(env, -EINVAL);
+  int fds[2] = {int_arg(env, argv[0]), int_arg(env, argv[1])};
+  if (fds[0] < 0 || fds[1] < 0) return int_result(env, -EBADF);
+  relay_t* r = calloc(1, sizeof *r);
+  if (r == NULL) return int_result(env, -ENOMEM);
+  int i;
+  for (i = 0; i < 2; i++) {
+    int fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) break;
+    r->sides[i].fd = fd;
+  }
+  if (i < 2) {
+    int err = errno;
+    if (i == 1) close(r->sides[0].fd);
+    free(r);
+    return int_result(env, -err);
+  }
+  r->slot = slot_take(r);
+  if (r->slot < 0) {
+    close(r->sides[0].fd);
+    close(r->sides[1].fd);
+    free(r);
+    return int_result(env, -ENOMEM);
+  }
+  napi_create_reference(env, argv[2], 1, &r->owner);
+  r->idleMs = (uint32_t)int_arg(env, argv[3]);
+  r->halfCloseMs = (uint32_t)int_arg(env, argv[4]);
+  r->stallMs = (uint32_t)int_arg(env, argv[5]);
+  r->stallCheckMs = (uint32_t)int_arg(env, argv[6]);
+  r->lastActivity = uv_now(g_loop);
+  for (i = 0; i < 2; i++) {
+    side_t* s = &r->sides[i];
+    s->relay = r;
+    s->side = i;
+    uv_poll_init_socket(g_loop, &s->poll, s->fd);
+    s->poll.data = r;
+  }
+  uv_timer_init(g_loop, &r->timer);
+  // Never holds the process by itself (the polls do, as the sockets did).
+  uv_unref((uv_handle_t*)&r->timer);
+  r->timer.data = r;
+  update(r);
+  return int_result(env, r->slot);
+}
+
+// counts(slot, out): out[0] bytes read from the client, out[1] bytes written to it; 0, or -ENOENT.
+static napi_value Counts(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  relay_t* r = argc < 2 ? NULL : slot_get(int_arg(env, argv[0]));
+  if (r == NULL) return int_result(env, -ENOENT);
+  double* data;
+  size_t length;
+  napi_typedarray_type type;
+  if (napi_get_typedarray_info(env, argv[1], &type, &length, (void**)&data, NULL, NULL) != napi_ok ||
+      type != napi_float64_array || length < 2)
+    return int_result(env, -EINVAL);
+  data[0] = r->sides[CLIENT].bytesRead;
+  data[1] = r->sides[CLIENT].bytesWritten;
+  return int_result(env, 0);
+}
+
+// abort(slot, reset): closes both sides now (with RST when `reset`), without the callback.
+static napi_value Abort(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  relay_t* r = argc < 2 ? NULL : slot_get(int_arg(env, argv[0]));
+  if (r == NULL) return int_result(env, -ENOENT);
+  if (int_arg(env, argv[1]) == 1) r->reason = R_STALLED;
+  relay_end(r, 0);
+  return int_result(env, 0);
+}
+
+static int keepalive(int fd, int delay) {
+  int one = 1, intvl = 1, cnt = 10;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0) return -errno;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &delay, sizeof delay) != 0) return -errno;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) != 0) return -errno;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) != 0) return -errno;
+  return 0;
+}
+
+// keepAlive(slot, delaySeconds): TCP keep-alive on both sides, as libuv's uv_tcp_keepalive; 0 or -errno.
+static napi_value KeepAlive(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  relay_t* r = argc < 2 ? NULL : slot_get(int_arg(env, argv[0]));
+  if (r == NULL) return int_result(env, -ENOENT);
+  int delay = int_arg(env, argv[1]);
+  if (delay < 1) delay = 1;
+  int a = keepalive(r->sides[0].fd, delay);
+  int b = keepalive(r->sides[1].fd, delay);
+  return int_result(env, a != 0 ? a : b);
+}
+
+// held(slot): 1 when the client is held back (bytes for the endpoint wait), 2 when the endpoint is (bytes
+// for the client wait), 3 both, 0 neither; -ENOENT.
+static napi_value Held(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  relay_t* r = argc < 1 ? NULL : slot_get(int_arg(env, argv[0]));
+  if (r == NULL) return int_result(env, -ENOENT);
+  return int_result(env, (r->sides[UPSTREAM].pending != NULL) | (r->sides[CLIENT].pending != NULL) << 1);
+}
+
+// active(): relays running in this process.
+static napi_value Active(napi_env env, napi_callback_info info) {
+  (void)info;
+  return int_result(env, g_active);
+}
+
+static napi_value Init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+      {"setup", NULL, Setup, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"start", NULL, Start, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"counts", NULL, Counts, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"abort", NULL, Abort, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"keepAlive", NULL, KeepAlive, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"held", NULL, Held, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"active", NULL, Active, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, Init)
