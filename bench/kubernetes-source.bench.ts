@@ -5,6 +5,7 @@
 import { performance } from 'node:perf_hooks';
 import { KubeConfig } from '@kubernetes/client-node';
 import { silentLogger } from '../src/lib/log.ts';
+import { kubeConfigCredentials } from '../src/source/kubeconfig-credentials.ts';
 import { KubernetesSource } from '../src/source/kubernetes.ts';
 import type { EndpointSlice } from '../src/source/objects.ts';
 import { ProxyState } from '../src/state/proxy-state.ts';
@@ -52,7 +53,7 @@ const changed = (check: () => boolean) =>
 const kc = new KubeConfig();
 kc.loadFromString(server.kubeconfigYaml());
 const source = new KubernetesSource({
-  kubeConfig: kc,
+  credentials: kubeConfigCredentials(kc),
   handlers: state,
   nodeName: 'node-1',
   log: silentLogger(),

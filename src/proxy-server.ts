@@ -44,7 +44,7 @@ import { ServiceHealthServer } from './server/service-health.ts';
 import { registerTraceMetrics } from './server/trace-metrics.ts';
 import { traceRoutes } from './server/trace-routes.ts';
 import { uiRoutes } from './server/ui-routes.ts';
-import { KubernetesSource, loadKubeConfig } from './source/kubernetes.ts';
+import { KubernetesSource, loadApiCredentials } from './source/kubernetes.ts';
 import { ManifestSource } from './source/manifest.ts';
 import { isNodeEligible, nodeInternalIP, nodePodCIDRs } from './source/node-info.ts';
 import type { Node } from './source/objects.ts';
@@ -585,7 +585,10 @@ export class ProxyServer {
     }
     // Nothing is programmed until Services and EndpointSlices are listed; health says not ready until then.
     this.kubernetes = new KubernetesSource({
-      kubeConfig: loadKubeConfig({ kubeconfig: this.config.kubeconfig, master: this.config.master }),
+      credentials: await loadApiCredentials({
+        kubeconfig: this.config.kubeconfig,
+        master: this.config.master,
+      }),
       handlers: this.state,
       nodeName: this.nodeName,
       log: this.log.child({ component: 'kubernetes' }),

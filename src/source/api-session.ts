@@ -1,72 +1,11 @@
-// A session with the API server: the kubeconfig (loaded as kube-proxy does), and for each request fresh
-// auth headers and a dispatcher computed by client-node, so rotated tokens and certificates are picked up;
-// requests whose failures name their URL, the API server's errors, and JSON bodies read within a bound.
-// Holds no state between requests.
-import { homedir } from 'node:os';
-import { delimiter, join } from 'node:path';
-import { HttpMethod, KubeConfig, RequestContext } from '@kubernetes/client-node';
+// A session with the API server: for each list or watch the credentials' auth headers and dispatcher,
+// taken afresh so rotated tokens and certificates are picked up; requests whose failures name their URL,
+// the API server's errors, and JSON bodies read within a bound. Holds no state between requests.
 import { Agent, type Dispatcher, fetch, type Response } from 'undici';
 import { ProxyError } from '../lib/errors.ts';
 import { jsonSafe } from '../lib/printable.ts';
-import { readRegularFileSync } from '../lib/read-regular-file.ts';
-import { readYaml } from '../lib/safe-yaml.ts';
-import { linePosition } from '../lib/text-position.ts';
 import { VERSION } from '../lib/version.ts';
 import { JsonValueCounter } from './json-values.ts';
-
-/**
- * Loads the kubeconfig as kube-proxy does: the `--kubeconfig` file, else KUBECONFIG, ~/.kube/config or
- * the in-cluster service account (client-node's loadFromDefault); `--master` replaces the server URL of
- * the current cluster. Throws when a named file cannot be read or parsed.
- */
-export function loadKubeConfig(options: { kubeconfig?: string; master?: string }): KubeConfig {
-  const kc = new KubeConfig();
-  if (options.kubeconfig) {
-    checkKubeconfigFile(options.kubeconfig);
-    kc.loadFromFile(options.kubeconfig);
-  } else {
-    const fromEnv = process.env.KUBECONFIG;
-    const files = fromEnv ? fromEnv.split(delimiter).filter(Boolean) : [join(homedir(), '.kube', 'config')];
-    for (const file of files) checkKubeconfigFile(file, { optional: true });
-    kc.loadFromDefault();
-  }
-  const master = options.master;
-  if (master) {
-    const current = kc.getCurrentCluster();
-    if (current === null) {
-      kc.loadFromClusterAndUser({ name: 'master', server: master, skipTLSVerify: false }, { name: 'master' });
-    } else {
-      kc.clusters = kc.clusters.map((c) => (c === current ? { ...c, server: master } : c));
-    }
-  }
-  // client-node refuses http:// unless insecure-skip-tls-verify is set; client-go just talks plain HTTP
-  // (there is no certificate to verify), and `--master http://127.0.0.1:8080` must keep working.
-  const current = kc.getCurrentCluster();
-  if (current?.server.startsWith('http:') && !current.skipTLSVerify) {
-    kc.clusters = kc.clusters.map((c) => (c === current ? { ...c, skipTLSVerify: true } : c));
-  }
-  return kc;
-}
-
-/**
- * Reads a kubeconfig file as the manifest is read before client-node does (whose js-yaml load has no
- * limits): only a regular file (a FIFO would block the start for good), opened non-blocking, and YAML
- * within the alias and nesting limits (a 700-byte alias bomb would freeze it). Throws naming file:line:col.
- * `optional`: a file that does not exist is client-node's to skip.
- */
-function checkKubeconfigFile(file: string, options: { optional?: boolean } = {}): void {
-  let text: string;
-  try {
-    text = readRegularFileSync(file).toString('utf8');
-  } catch (err) {
-    if (options.optional && (err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw new Error(`kubeconfig ${file}: ${(err as Error).message}`, { cause: err });
-  }
-  const read = readYaml(text);
-  if (read.error === undefined) return;
-  const { line, col } = linePosition(text, read.error.offset);
-  throw new Error(`kubeconfig ${file}:${line}:${col}: ${read.error.message}`);
-}
 
 /** An HTTP status from the API server, or the `code` of a watch ERROR event. */
 export class ApiError extends Error {
@@ -90,19 +29,31 @@ export type Session = {
 const USER_AGENT = `kube-userspace-proxy/${VERSION}`;
 
 /**
- * Auth headers and a dispatcher (TLS material, proxy) for the current context, computed afresh by
- * client-node for each list or watch, so rotated tokens and certificates are picked up.
+ * What a kubeconfig resolves to: the API server's URL and, for each list or watch, auth headers and a
+ * dispatcher (TLS material, proxy) computed afresh, so rotated tokens and certificates are picked up.
+ * client-node computes them for a kubeconfig file (kubeconfig-credentials.ts); the in-cluster service
+ * account and the no-kubeconfig default are ours (api-credentials.ts).
  */
-export async function openSession(kc: KubeConfig): Promise<Session> {
-  const cluster = kc.getCurrentCluster();
-  if (cluster === null) throw new Error('the kubeconfig has no current cluster');
-  const base = cluster.server.replace(/\/+$/, '');
-  const ctx = new RequestContext(base, HttpMethod.GET);
-  await kc.applySecurityAuthentication(ctx);
-  const headers = { ...ctx.getHeaders(), Accept: 'application/json', 'User-Agent': USER_AGENT };
-  // Without TLS options client-node leaves the global dispatcher; ours can be destroyed at the end.
+export interface ApiCredentials {
+  /**
+   * For one list or watch: the server URL (no trailing /), headers, and a dispatcher (undefined: no TLS
+   * options, a plain keep-alive Agent). Throws when the kubeconfig names no current cluster.
+   */
+  authenticate(): Promise<{
+    server: string;
+    headers: Record<string, string>;
+    dispatcher: Dispatcher | undefined;
+  }>;
+}
+
+/** A session for one list or watch: the credentials' headers and dispatcher, taken now. */
+export async function openSession(credentials: ApiCredentials): Promise<Session> {
+  const auth = await credentials.authenticate();
+  const base = auth.server;
+  const headers = { ...auth.headers, Accept: 'application/json', 'User-Agent': USER_AGENT };
+  // Without TLS options there is no dispatcher of the credentials'; ours can be destroyed at the end.
   const dispatcher =
-    ctx.getDispatcher() ?? new Agent({ connect: { keepAlive: true, keepAliveInitialDelay: 30_000 } });
+    auth.dispatcher ?? new Agent({ connect: { keepAlive: true, keepAliveInitialDelay: 30_000 } });
   return {
     url(path, query) {
       const url = new URL(base + path);

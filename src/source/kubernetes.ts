@@ -1,20 +1,20 @@
 // The Kubernetes source: three reflectors (Services and EndpointSlices with kube-proxy's label selector,
 // and this Node) feeding the intake, which hands the handlers validated, selected objects. Reflection
-// (list, watch, recovery) is reflector.ts; the kubeconfig and requests are api-session.ts.
-import type { KubeConfig } from '@kubernetes/client-node';
+// (list, watch, recovery) is reflector.ts; the kubeconfig is api-credentials.ts, requests api-session.ts.
 import { PROXY_LABEL_SELECTOR } from '../lib/kubernetes-labels.ts';
 import type { Logger } from '../lib/log.ts';
 import { DEFAULT_LIMITS, type Limits } from './api-limits.ts';
+import type { ApiCredentials } from './api-session.ts';
 import type { BackoffPolicy } from './backoff.ts';
 import type { ProxyHandlers } from './handlers.ts';
 import { check, Intake, type Kind, type KubeObject } from './intake.ts';
 import type { Node } from './objects.ts';
 import { type ApiObject, Reflector, type Resource, type Sink, type Timing } from './reflector.ts';
 
-export { loadKubeConfig } from './api-session.ts';
+export { loadApiCredentials } from './api-credentials.ts';
 
 export type KubernetesSourceOptions = {
-  kubeConfig: KubeConfig;
+  credentials: ApiCredentials;
   handlers: ProxyHandlers;
   /** This node's name: its Node object (and only it) feeds onNodeUpdate/onNodeDelete. '' = no Node watch. */
   nodeName: string;
@@ -86,7 +86,14 @@ export class KubernetesSource {
     const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
     const reflect = (resource: Resource, sink: Sink) =>
       this.#reflectors.push(
-        new Reflector(resource, sink, options.kubeConfig, log.child({ kind: resource.kind }), timing, limits),
+        new Reflector(
+          resource,
+          sink,
+          options.credentials,
+          log.child({ kind: resource.kind }),
+          timing,
+          limits,
+        ),
       );
     // Every change goes through the intake; `then` sees it afterwards (this Node, for onNode).
     const into = (kind: Kind, synced: () => void, then?: Sink['receive']): Sink => ({

@@ -4,13 +4,13 @@
 // connections, a periodic full relist; every answer read within bounds (api-limits.ts). It knows nothing
 // of what the objects mean and keeps only the name and resourceVersion of each, never the object the
 // sink was handed; nothing reaches the sink after stop().
-import type { KubeConfig } from '@kubernetes/client-node';
 import { ProxyError } from '../lib/errors.ts';
 import { flat } from '../lib/flat-string.ts';
 import type { Logger } from '../lib/log.ts';
 import { Yielder } from '../lib/yielder.ts';
 import { DEFAULT_LIMITS, type Limits } from './api-limits.ts';
 import {
+  type ApiCredentials,
   ApiError,
   apiError,
   describeUrl,
@@ -88,7 +88,7 @@ class Interrupted extends Error {
 export class Reflector {
   readonly #resource: Resource;
   readonly #sink: Sink;
-  readonly #kc: KubeConfig;
+  readonly #credentials: ApiCredentials;
   readonly #log: Logger;
   readonly #timing: Timing;
   readonly #limits: Limits;
@@ -115,14 +115,14 @@ export class Reflector {
   constructor(
     resource: Resource,
     sink: Sink,
-    kc: KubeConfig,
+    credentials: ApiCredentials,
     log: Logger,
     timing: Timing,
     limits: Limits = DEFAULT_LIMITS,
   ) {
     this.#resource = resource;
     this.#sink = sink;
-    this.#kc = kc;
+    this.#credentials = credentials;
     this.#log = log;
     this.#timing = timing;
     this.#limits = limits;
@@ -434,7 +434,7 @@ export class Reflector {
     );
     let session: Session | undefined;
     try {
-      session = await openSession(this.#kc);
+      session = await openSession(this.#credentials);
       return await fn(session, controller.signal, watchdog.touch);
     } catch (err) {
       if (controller.signal.aborted && controller.signal.reason instanceof Interrupted) {

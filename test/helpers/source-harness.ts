@@ -5,6 +5,7 @@ import type { TestContext } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import type { ProxyHandlers } from '../../src/source/handlers.ts';
+import { kubeConfigCredentials } from '../../src/source/kubeconfig-credentials.ts';
 import { KubernetesSource, type KubernetesSourceOptions } from '../../src/source/kubernetes.ts';
 import {
   type EndpointSlice,
@@ -206,7 +207,7 @@ export async function setup(t: TestContext, o: Setup = {}) {
   const log = recordingLogger();
   if (o.serverDown) await server.stop();
   const source = new KubernetesSource({
-    kubeConfig: kc,
+    credentials: kubeConfigCredentials(kc),
     handlers: o.handlers ?? h,
     nodeName: NODE,
     log: log.logger,

@@ -17,6 +17,7 @@ import { DEFAULT_CONFIG } from '../../src/config/config.ts';
 import { createLogger } from '../../src/lib/log.ts';
 import { ProxyServer } from '../../src/proxy-server.ts';
 import { DEFAULT_LIMITS, type Limits } from '../../src/source/api-limits.ts';
+import { kubeConfigCredentials } from '../../src/source/kubeconfig-credentials.ts';
 import { KubernetesSource } from '../../src/source/kubernetes.ts';
 import { makeEndpointSlice, makeService, startFakeApiServer } from '../helpers/fake-apiserver.ts';
 import { startFakeApiServerProcess } from '../helpers/fake-apiserver-process.ts';
@@ -447,7 +448,7 @@ function sourceAt(t: TestContext, url: string) {
   kc.loadFromClusterAndUser({ name: 'c', server: url, skipTLSVerify: true }, { name: 'u' });
   const log = recordingLogger();
   const source = new KubernetesSource({
-    kubeConfig: kc,
+    credentials: kubeConfigCredentials(kc),
     handlers: new RecordingHandlers(),
     nodeName: NODE,
     log: log.logger,

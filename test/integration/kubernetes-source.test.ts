@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ProxyHandlers } from '../../src/source/handlers.ts';
-import { KubernetesSource, loadKubeConfig } from '../../src/source/kubernetes.ts';
+import { kubeConfigCredentials, loadKubeConfig } from '../../src/source/kubeconfig-credentials.ts';
+import { KubernetesSource } from '../../src/source/kubernetes.ts';
 import {
   type EndpointSlice,
   LABEL_HEADLESS,
@@ -43,7 +44,7 @@ test('initial list: adds then synced once per kind, from a kubeconfig file with 
   seedBasic(server);
   const h = new RecordingHandlers();
   const source = new KubernetesSource({
-    kubeConfig: loadKubeConfig({ kubeconfig: await server.writeKubeconfig(dir) }),
+    credentials: kubeConfigCredentials(loadKubeConfig({ kubeconfig: await server.writeKubeconfig(dir) })),
     handlers: h,
     nodeName: NODE,
     log: recordingLogger().logger,

@@ -6,7 +6,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { loadKubeConfig } from '../../../src/source/api-session.ts';
+import { loadKubeConfig } from '../../../src/source/kubeconfig-credentials.ts';
 import { aliasBomb } from '../../helpers/alias-bomb.ts';
 
 const GOOD = `apiVersion: v1
