@@ -17,9 +17,10 @@ import { request, waitFor } from '../helpers/servers.ts';
 
 async function setup(
   t: { after(fn: () => unknown): void },
-  options: { down?: boolean; minSyncPeriodMs?: number } = {},
+  options: { down?: boolean; minSyncPeriodMs?: number; master?: boolean } = {},
 ) {
-  const api = await startFakeApiServer({ token: 'secret-token' });
+  // --master alone: no kubeconfig, so no token (kube-proxy's `--master http://127.0.0.1:8080`).
+  const api = await startFakeApiServer(options.master ? {} : { token: 'secret-token' });
   t.after(() => api.close());
   const dir = await mkdtemp(join(tmpdir(), 'kup-kube-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
@@ -36,7 +37,7 @@ async function setup(
     ...DEFAULT_CONFIG,
     // In this process: one relaying process (the worker mode has tests of its own).
     workers: 1,
-    kubeconfig,
+    ...(options.master ? { master: api.url } : { kubeconfig }),
     iptables: false,
     hostnameOverride: 'node-1',
     bindAddress: '127.0.0.1',
@@ -134,6 +135,23 @@ test('Services and EndpointSlices from the API server flow through to traffic', 
   // Every request carried the bearer token.
   assert.ok(api.requests.length > 0);
   for (const r of api.requests) assert.equal(r.headers['authorization'], 'Bearer secret-token');
+});
+
+test('--master alone, no kubeconfig: listed from the API server and served', async (t) => {
+  const { api, server } = await setup(t, { master: true });
+  const port = await pod(t, '127.0.0.11');
+  api.create(
+    makeService('shop', 'web', { ports: [{ name: 'http', protocol: 'TCP', port: 80, targetPort: port }] }),
+  );
+  api.create(
+    makeEndpointSlice('shop', 'web-abc', 'web', ['127.0.0.11'], [{ name: 'http', protocol: 'TCP', port }]),
+  );
+  const key = 'shop/web:http/TCP';
+  await waitFor(() => proxyPort(server, key) !== undefined, 5000, 'the service port to open');
+  assert.equal(await request(proxyPort(server, key)!), '127.0.0.11');
+  assert.ok(api.requests.length > 0);
+  for (const r of api.requests)
+    assert.equal(r.headers['user-agent']?.startsWith('kube-userspace-proxy/'), true);
 });
 
 test('API server down at start: the proxy waits, health says not ready, then it serves', async (t) => {
