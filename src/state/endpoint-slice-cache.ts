@@ -7,6 +7,7 @@ import { LABEL_SERVICE_NAME } from '../lib/kubernetes-labels.ts';
 import type { EndpointSlice, EndpointSliceEndpoint } from '../source/objects.ts';
 import { sameHints } from './categorize-endpoints.ts';
 import { type Endpoint, type EndpointKey, endpointKey } from './endpoint.ts';
+import { EndpointPool } from './endpoint-pool.ts';
 import {
   type IPFamily,
   type Protocol,
@@ -68,6 +69,8 @@ export class EndpointSliceCache {
   readonly #services = new Map<ServiceKey, SliceInfo[]>();
   // `namespace/sliceName` → the Service it is stored under (the label could change between updates).
   readonly #owners = new Map<string, ServiceKey>();
+  // An endpoint alike in several slices is one object: the same pods behind many Services cost once.
+  readonly #pool = new EndpointPool();
 
   constructor(nodeName: string) {
     this.#nodeName = nodeName;
@@ -82,7 +85,7 @@ export class EndpointSliceCache {
     if (service === undefined) return this.delete(slice);
     const sliceName = slice.metadata!.name!;
     const id = flat(slice.metadata!.namespace!, '/', sliceName);
-    const info = parseSlice(sliceName, slice, this.#nodeName);
+    const info = parseSlice(sliceName, slice, this.#nodeName, this.#pool);
     const changed: ServiceKey[] = [];
     const owner = this.#owners.get(id);
     if (owner !== undefined && owner !== service) changed.push(...this.delete(slice));
@@ -90,7 +93,11 @@ export class EndpointSliceCache {
     const at = slices === undefined ? 0 : indexOf(slices, sliceName);
     const stored = slices?.[at];
     if (stored?.name === sliceName) {
-      if (sameSliceInfo(stored, info)) return changed;
+      if (sameSliceInfo(stored, info)) {
+        this.#release(info);
+        return changed;
+      }
+      this.#release(stored);
       slices![at] = info;
     } else {
       // A new list of its length (an insert into [] leaves room for 17).
@@ -112,9 +119,20 @@ export class EndpointSliceCache {
     this.#owners.delete(id);
     const slices = this.#services.get(owner)!;
     const at = indexOf(slices, slice.metadata!.name!);
+    this.#release(slices[at]!);
     if (slices.length === 1) this.#services.delete(owner);
     else this.#services.set(owner, [...slices.slice(0, at), ...slices.slice(at + 1)]);
     return [owner];
+  }
+
+  /** Lets the pool know the slice's lists are dropped. */
+  #release(info: SliceInfo): void {
+    for (const port of info.ports) for (const ep of port.endpoints) this.#pool.release(ep);
+  }
+
+  /** Distinct endpoints (by key) the stored slices share. */
+  get pooledEndpoints(): number {
+    return this.#pool.size;
   }
 
   /** Number of Services with at least one slice. */
@@ -182,7 +200,7 @@ function mergeEndpoints(earlier: readonly Endpoint[], later: readonly Endpoint[]
   return out.slice();
 }
 
-function parseSlice(name: string, slice: EndpointSlice, nodeName: string): SliceInfo {
+function parseSlice(name: string, slice: EndpointSlice, nodeName: string, pool: EndpointPool): SliceInfo {
   const family = slice.addressType as IPFamily;
   const parsed: SliceEndpoint[] = [];
   for (const ep of slice.endpoints ?? []) {
@@ -195,13 +213,23 @@ function parseSlice(name: string, slice: EndpointSlice, nodeName: string): Slice
     if (typeof p?.name !== 'string' || !isPort(p.port)) continue;
     const protocol = p.protocol ?? 'TCP';
     if (protocol !== 'TCP' && protocol !== 'UDP') continue;
-    ports.push({ name: p.name, protocol, port: p.port, endpoints: endpointsAt(parsed, p.port, nodeName) });
+    ports.push({
+      name: p.name,
+      protocol,
+      port: p.port,
+      endpoints: endpointsAt(parsed, p.port, nodeName, pool),
+    });
   }
   return { name, ports: ports.slice() };
 }
 
 /** The slice's endpoints at `port`, sorted by key, one per key (the first, replaced by a later one that is not terminating). */
-function endpointsAt(parsed: readonly SliceEndpoint[], port: number, nodeName: string): readonly Endpoint[] {
+function endpointsAt(
+  parsed: readonly SliceEndpoint[],
+  port: number,
+  nodeName: string,
+  pool: EndpointPool,
+): readonly Endpoint[] {
   if (parsed.length === 0) return NO_ENDPOINTS;
   const byKey = new Map<EndpointKey, Endpoint>();
   for (const ep of parsed) {
@@ -222,7 +250,9 @@ function endpointsAt(parsed: readonly SliceEndpoint[], port: number, nodeName: s
     });
   }
   // Spreading an iterator allocates exactly its length (push would leave room for 17).
-  return [...byKey.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  const list = [...byKey.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  for (let i = 0; i < list.length; i++) list[i] = pool.acquire(list[i]!);
+  return list;
 }
 
 function parseEndpoint(ep: EndpointSliceEndpoint, family: IPFamily): SliceEndpoint | undefined {
