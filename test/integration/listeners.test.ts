@@ -1,11 +1,13 @@
 // The listening sockets of the relays, idle: their handlers are shared by every listener of the process,
 // listen() leaves nothing behind once settled, and a failed bind still rejects (and only that).
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { test } from 'node:test';
 import { KeepAliveSweeper } from '../../src/relay/keepalive.ts';
+import { OwnTraffic } from '../../src/relay/own-traffic.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS, UdpListener } from '../../src/relay/udp.ts';
-import { collectGarbage } from '../helpers/heap.ts';
+import { collectGarbage, liveObjects } from '../helpers/heap.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 
 const EVENTS = ['connection', 'listening', 'error'] as const;
@@ -59,4 +61,35 @@ test('UDP: every listener has the same handlers, its settled listen() is let go,
   await assert.rejects(c.listen('127.0.0.1', a.port), { code: 'EADDRINUSE' });
   await collectGarbage();
   assert.equal(settled.deref(), undefined, "nothing keeps listen()'s promise once it resolved");
+});
+
+test('TCP: an idle listener holds no set of connections; its first connection gets it one', async (t) => {
+  // What the process shares: the sweeper and the table of our own connections.
+  const keepAlive = new KeepAliveSweeper();
+  const ownTraffic = new OwnTraffic();
+  await collectGarbage();
+  const sets = liveObjects(Set);
+  const listeners = Array.from(
+    { length: 50 },
+    () => new TcpListener(makeContext([]), DEFAULT_TCP_OPTIONS, { log, keepAlive, ownTraffic, tcpFin: null }),
+  );
+  t.after(() => {
+    for (const l of listeners) l.destroy();
+  });
+  for (const l of listeners) await l.listen('127.0.0.1', 0);
+  assert.ok(liveObjects(Set) - sets < 5, `${liveObjects(Set) - sets} Sets for 50 idle listeners`);
+  const [a, b] = listeners as [TcpListener, TcpListener];
+  assert.equal(a.connections.size, 0);
+  await a.drained();
+  // A connection (no endpoint: closed at once) is tracked in a set of a's own, and leaves it empty.
+  const client = net.connect(a.port, '127.0.0.1');
+  client.on('error', () => {}); // reset: nothing to connect to
+  await new Promise((resolve) => client.once('close', resolve));
+  const deadline = Date.now() + 5000;
+  while (a.connections.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  assert.equal(a.context.stats.accepted, 1);
+  assert.equal(a.connections.size, 0);
+  assert.notEqual(a.connections, b.connections, 'a set of its own');
+  assert.equal(b.connections.size, 0, 'the shared empty set stays empty');
+  await a.drained();
 });
