@@ -4,7 +4,8 @@
 # Build stage: dev dependencies, compile src/ to dist/ and native/ to build/native/, then a production-only
 # node_modules.
 FROM node:24-trixie-slim AS build
-# A C compiler for native/tcp_fin.c (the endpoint's FIN with its last bytes, src/relay/tcp-fin.ts).
+# A C compiler for native/*.c: tcp_fin.c (the endpoint's FIN with its last bytes, src/relay/tcp-fin.ts),
+# malloc_trim.c (malloc's free pages back after the cold start, src/lib/malloc-trim.ts).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*

@@ -5,6 +5,7 @@ import type { Config } from './config/config.ts';
 import { ProxyError } from './lib/errors.ts';
 import { closeParts, type Part, startParts } from './lib/lifecycle.ts';
 import type { Logger } from './lib/log.ts';
+import { MallocTrimmer, processMallocTrim } from './lib/malloc-trim.ts';
 import { parsePortRange } from './lib/port-range.ts';
 import { applyConntrackSettings, realSysctl, type Sysctl } from './netfilter/conntrack-settings.ts';
 import { createIptables, type Iptables, run } from './netfilter/iptables.ts';
@@ -106,6 +107,8 @@ export class ProxyServer {
    * delta names only the next checkout's), so the next sync that succeeds sends them the whole table.
    */
   #workersBehind = false;
+  // After the cold start's sync (and any other that opened or closed many listeners), malloc's free pages go back.
+  readonly #trimmer = new MallocTrimmer(processMallocTrim().calls);
   /** The workers' counters as of the last request that read them, by service port. */
   #workerStats = new Map<ServicePortKey, ServicePortStats[]>();
   #workerStatsRefresh: Promise<void> | undefined;
@@ -259,6 +262,7 @@ export class ProxyServer {
           this.metrics.syncDuration.observe(result.durationMs / 1000);
           this.metrics.lastSync.set(now / 1000);
           await this.#syncServiceHealth();
+          this.#trimmer.afterSync(result);
         },
         onEndpointsApplied: (snapshot) => {
           // Health check node ports report local endpoints: only theirs need a look.
@@ -388,6 +392,12 @@ export class ProxyServer {
       this.log.warn(
         { reason: tcpOffload.error },
         'TCP bytes are relayed through Node streams (more CPU per request and memory per connection)',
+      );
+    const mallocTrim = processMallocTrim();
+    if (mallocTrim.error !== undefined)
+      this.log.warn(
+        { reason: mallocTrim.error },
+        'Memory freed after the cold start stays with the process (malloc keeps its free pages)',
       );
     const caps = readEffectiveCapabilities();
     if (this.#needsNetAdmin && caps !== undefined && !hasCapability(caps, CAP_NET_ADMIN))

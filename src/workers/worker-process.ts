@@ -5,6 +5,7 @@
 import './ignore-sigusr1.ts';
 import { logLevel } from '../config/config.ts';
 import { createLogger, type Logger } from '../lib/log.ts';
+import { MallocTrimmer, processMallocTrim } from '../lib/malloc-trim.ts';
 import { PortAllocator } from '../proxier/port-allocator.ts';
 import { readFdLimits } from '../proxier/process-limits.ts';
 import { Proxier } from '../proxier/proxier.ts';
@@ -25,6 +26,8 @@ class Worker {
   readonly #log: Logger;
   readonly #replica = new ReplicaSource();
   readonly #reviver = new TableReviver();
+  // The first table (every service port at once) is this process's peak: malloc's free pages go back.
+  readonly #trimmer = new MallocTrimmer(processMallocTrim().calls);
   readonly proxier: Proxier;
   readonly #connections: ConnectionTable;
   readonly #tracer: Tracer;
@@ -134,8 +137,10 @@ class Worker {
           first = false;
           this.#again = false;
           // The fast path, when the proxier takes it (not before its first sync): else a sync.
-          if (!this.#replica.onlyEndpointsPending || this.proxier.applyEndpointChanges() === undefined)
-            await this.proxier.sync();
+          if (!this.#replica.onlyEndpointsPending || this.proxier.applyEndpointChanges() === undefined) {
+            const result = await this.proxier.sync();
+            if (result !== undefined) this.#trimmer.afterSync(result);
+          }
         }
         send({
           t: 'synced',

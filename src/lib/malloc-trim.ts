@@ -1,0 +1,81 @@
+// The C heap's free memory back to the kernel after a peak. glibc's free() keeps what it freed in its
+// arenas: after a cold start at 10,000 service ports (the API's list pages, the rules' text, the
+// listeners' setup) that was ~1-2 KiB of RSS per service port, kept for the life of the process
+// (docs/performance-findings.md). native/malloc_trim.c (built by `npm run build` into
+// build/native/malloc_trim.node) calls malloc_trim(3). Without it the process keeps those pages, as
+// before; KUP_MALLOC_TRIM=off turns it off.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+/** native/malloc_trim.c */
+export interface MallocTrimCalls {
+  /** malloc_trim(0): 1 when memory was given back, 0 when there was none to give. */
+  trim(): number;
+}
+
+export type MallocTrimSupport =
+  | { calls: MallocTrimCalls; error?: undefined }
+  | { calls?: undefined; error: string };
+
+/** Loads the addon once per process; the error says why it is not there. */
+export function loadMallocTrim(env: NodeJS.ProcessEnv = process.env): MallocTrimSupport {
+  if (env.KUP_MALLOC_TRIM === 'off') return { error: 'turned off (KUP_MALLOC_TRIM=off)' };
+  if (process.platform !== 'linux') return { error: `not built for ${process.platform}` };
+  // src/lib/ and dist/lib/ are both two levels below the package root.
+  const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'malloc_trim.node');
+  try {
+    const calls = createRequire(import.meta.url)(file) as MallocTrimCalls;
+    if (typeof calls.trim !== 'function') return { error: `${file} is not the malloc_trim addon` };
+    return { calls };
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return {
+      error:
+        code === 'MODULE_NOT_FOUND' || code === 'ERR_DLOPEN_FAILED'
+          ? `${file} not built (npm run build; needs a C compiler): ${(err as Error).message.split('\n')[0]}`
+          : `${file}: ${(err as Error).message}`,
+    };
+  }
+}
+
+let processSupport: MallocTrimSupport | undefined;
+/** The process's addon (loaded on first use). */
+export function processMallocTrim(): MallocTrimSupport {
+  processSupport ??= loadMallocTrim();
+  return processSupport;
+}
+
+/** Listeners a sync must open or close to count as a peak (a cold start, a relist, a mass change). */
+export const TRIM_AFTER_LISTENERS = 1000;
+
+/** What a sync did, as far as trimming goes. */
+export type SyncSize = { readonly opened: number; readonly closed: number };
+
+/** True when the C heap is worth trimming after this sync: the first one, or one that was a peak. */
+export function trimAfterSync(sync: SyncSize, first: boolean): boolean {
+  return first || sync.opened + sync.closed >= TRIM_AFTER_LISTENERS;
+}
+
+/**
+ * Trims after the syncs that end a peak (trimAfterSync). A trim takes a few milliseconds at 10,000
+ * service ports; after any other sync it does nothing.
+ */
+export class MallocTrimmer {
+  readonly #calls: MallocTrimCalls | undefined;
+  #first = true;
+  /** Trims done (for tests and debugging). */
+  trims = 0;
+
+  constructor(calls: MallocTrimCalls | undefined) {
+    this.#calls = calls;
+  }
+
+  /** A sync finished. */
+  afterSync(sync: SyncSize): void {
+    const first = this.#first;
+    this.#first = false;
+    if (this.#calls === undefined || !trimAfterSync(sync, first)) return;
+    this.#calls.trim();
+    this.trims++;
+  }
+}
