@@ -223,7 +223,10 @@ function parseSlice(name: string, slice: EndpointSlice, nodeName: string, pool: 
   return { name, ports: ports.slice() };
 }
 
-/** The slice's endpoints at `port`, sorted by key, one per key (the first, replaced by a later one that is not terminating). */
+/**
+ * The slice's endpoints at `port`, sorted by key, one per key (the first, replaced by a later one that is
+ * not terminating), each the pool's object when an equal one is pooled: released with the list.
+ */
 function endpointsAt(
   parsed: readonly SliceEndpoint[],
   port: number,
