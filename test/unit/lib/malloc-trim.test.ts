@@ -7,6 +7,7 @@ import {
   processMallocTrim,
   TRIM_AFTER_LISTENERS,
   trimAfterSync,
+  watchMajorGc,
 } from '../../../src/lib/malloc-trim.ts';
 import { collectGarbage } from '../../helpers/heap.ts';
 
@@ -52,18 +53,59 @@ const cases = [
 for (const c of cases)
   test(`trimAfterSync: ${c.name}`, () => assert.equal(trimAfterSync(c.sync, c.first), c.want));
 
-test('MallocTrimmer: trims after the first sync and after peaks, nothing without the addon', () => {
+/** A GC watch the test fires by hand. */
+function handGc() {
+  const gc = { watching: 0, fire: () => {} };
+  const watch = (onMajorGc: () => void) => {
+    gc.watching++;
+    gc.fire = onMajorGc;
+    return () => {
+      gc.watching--;
+      gc.fire = () => {};
+    };
+  };
+  return { gc, watch };
+}
+
+test('MallocTrimmer: trims after the first sync, after peaks and after the full GC that follows, nothing without the addon', () => {
   let trims = 0;
-  const trimmer = new MallocTrimmer({ trim: () => ++trims && 1 });
+  const { gc, watch } = handGc();
+  const trimmer = new MallocTrimmer({ trim: () => ++trims && 1 }, watch);
   trimmer.afterSync({ opened: 3, closed: 0 });
   assert.equal(trims, 1, 'the first sync');
+  assert.equal(gc.watching, 1);
   trimmer.afterSync({ opened: 1, closed: 0 });
   trimmer.afterSync({ opened: 0, closed: 1 });
   assert.equal(trims, 1);
-  trimmer.afterSync({ opened: 0, closed: TRIM_AFTER_LISTENERS });
+  gc.fire();
+  assert.equal(trims, 2, 'after the next full GC');
+  assert.equal(gc.watching, 0, 'and only that one');
+  gc.fire();
   assert.equal(trims, 2);
-  assert.equal(trimmer.trims, 2);
-  const without = new MallocTrimmer(undefined);
+  trimmer.afterSync({ opened: 0, closed: TRIM_AFTER_LISTENERS });
+  trimmer.afterSync({ opened: TRIM_AFTER_LISTENERS, closed: 0 });
+  assert.equal(trims, 4);
+  assert.equal(gc.watching, 1, 'one watch for peaks in a row');
+  gc.fire();
+  assert.equal(trimmer.trims, 5);
+  const without = new MallocTrimmer(undefined, watch);
   without.afterSync({ opened: 10_000, closed: 0 });
   assert.equal(without.trims, 0);
+  assert.equal(gc.watching, 0);
+});
+
+test('watchMajorGc reports a full collection until stopped', async () => {
+  let seen = 0;
+  const stop = watchMajorGc(() => seen++);
+  const deadline = Date.now() + 5000;
+  while (seen === 0 && Date.now() < deadline) {
+    await collectGarbage();
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  stop();
+  assert.ok(seen > 0);
+  const after = seen;
+  await collectGarbage();
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(seen, after, 'nothing once stopped');
 });
