@@ -33,6 +33,7 @@ import { SyncLoop } from './proxier/sync-loop.ts';
 import type { ServicePortStats } from './relay/service-context.ts';
 import { processTcpFin } from './relay/tcp-fin.ts';
 import { processTcpOffload } from './relay/tcp-offload.ts';
+import { processUdpFast } from './relay/udp-fast.ts';
 import { debugRoutes } from './server/debug.ts';
 import { healthRoutes } from './server/health-routes.ts';
 import type { HttpServer, Route } from './server/http.ts';
@@ -398,6 +399,12 @@ export class ProxyServer {
       this.log.warn(
         { reason: mallocTrim.error },
         'Memory freed after the cold start stays with the process (malloc keeps its free pages)',
+      );
+    const udpFast = processUdpFast();
+    if (udpFast.error !== undefined)
+      this.log.warn(
+        { reason: udpFast.error },
+        'UDP sessions are relayed by JavaScript, every datagram: about a third less throughput a core',
       );
     const caps = readEffectiveCapabilities();
     if (this.#needsNetAdmin && caps !== undefined && !hasCapability(caps, CAP_NET_ADMIN))

@@ -32,8 +32,8 @@ export interface ConnectionObserver {
   opened(conn: ConnectionInfo): void;
   /**
    * Bytes from the client, just after they were written on, unchanged (only when `wantsData` is true).
-   * Returns whether it wants more: once false, the TCP relay stops calling either of these for the
-   * connection.
+   * Returns whether it wants more: once false, the relays stop calling either of these for the
+   * connection or session (a UDP session is then relayed natively when it can be: udp-fast.ts).
    */
   clientData?(conn: ConnectionInfo, chunk: Buffer): boolean;
   /** Bytes from the endpoint, as clientData. */

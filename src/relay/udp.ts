@@ -21,6 +21,14 @@ import type { ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
 import type { Sweepable, Sweeper } from './sweeper.ts';
 import { processSweeper } from './sweeper.ts';
+import {
+  type FastHandle,
+  processUdpFast,
+  readFd,
+  receiveError,
+  stopReads,
+  type UdpFastCalls,
+} from './udp-fast.ts';
 import { type UdpSessionEntry, UdpSessionTable } from './udp-session-table.ts';
 
 export type UdpRelayOptions = {
@@ -59,6 +67,8 @@ export type UdpRelayDeps = {
   ownTraffic?: OwnTraffic;
   /** Each ejection this process decides (endpoint-failure.ts). */
   onEjection?: EjectionListener;
+  /** Relays established sessions natively (udp-fast.ts); default: the process's addon; null: never. */
+  udpFast?: UdpFastCalls | null;
 };
 
 /** How often a listener may log that it dropped a looping datagram. */
@@ -70,6 +80,9 @@ function expireIdle(session: UdpSession): void {
 
 /** How many of the oldest sessions an eviction compares. */
 const EVICTION_LOOK = 64;
+
+/** What the addon's stats() writes; read at once by the one caller (one thread). */
+const FAST_STATS = new Float64Array(5);
 
 const kSession = Symbol('kup.session');
 type SessionSocket = dgram.Socket & { [kSession]?: UdpSession };
@@ -94,10 +107,14 @@ class UdpSession implements ConnectionInfo, PassOwner, UdpSessionEntry {
   readonly endpoint: Endpoint;
   readonly upstream: SessionSocket;
   readonly startMs: number;
-  lastActivityMs: number;
   endMs = 0;
-  bytesFromClient = 0;
-  bytesToClient = 0;
+  #lastActivityMs: number;
+  #bytesFromClient = 0;
+  #bytesToClient = 0;
+  /** Its handle in the addon while the addon relays it (udp-fast.ts); what it relayed is read from there. */
+  fast: FastHandle | undefined = undefined;
+  #fastFromClient = 0;
+  #fastToClient = 0;
   failedAttempts: ConnectAttempt[] = [];
   closeReason: CloseReason | undefined = undefined;
   /** Datagrams waiting for the upstream connect; null once connected. */
@@ -135,7 +152,7 @@ class UdpSession implements ConnectionInfo, PassOwner, UdpSessionEntry {
     this.balancer = balancer;
     this.endpoint = endpoint;
     this.startMs = now;
-    this.lastActivityMs = now;
+    this.#lastActivityMs = now;
     const upstream = dgram.createSocket(endpoint.family === 'IPv6' ? 'udp6' : 'udp4') as SessionSocket;
     upstream[kSession] = this;
     this.upstream = upstream;
@@ -146,6 +163,53 @@ class UdpSession implements ConnectionInfo, PassOwner, UdpSessionEntry {
     upstream.connect(endpoint.port, endpoint.ip);
   }
 
+  get lastActivityMs(): number {
+    if (this.fast !== undefined) this.#pullFast();
+    return this.#lastActivityMs;
+  }
+  set lastActivityMs(ms: number) {
+    this.#lastActivityMs = ms;
+  }
+  get bytesFromClient(): number {
+    if (this.fast !== undefined) this.#pullFast();
+    return this.#bytesFromClient + this.#fastFromClient;
+  }
+  get bytesToClient(): number {
+    if (this.fast !== undefined) this.#pullFast();
+    return this.#bytesToClient + this.#fastToClient;
+  }
+
+  /** What the addon relayed for it: its counts, and its last datagram's age on this listener's clock. */
+  #pullFast(): void {
+    this.listener.udpFast!.stats(this.fast!, FAST_STATS);
+    const age = FAST_STATS[0]!;
+    if (age !== Number.POSITIVE_INFINITY) {
+      const at = this.listener.now() - age;
+      if (at > this.#lastActivityMs) this.#lastActivityMs = at;
+    }
+    this.#fastFromClient = FAST_STATS[1]!;
+    this.#fastToClient = FAST_STATS[2]!;
+  }
+
+  /** The addon relays it no more: what it relayed stays in the counts. */
+  leaveFast(): void {
+    const fast = this.fast;
+    if (fast === undefined) return;
+    this.#pullFast();
+    this.fast = undefined;
+    this.#bytesFromClient += this.#fastFromClient;
+    this.#bytesToClient += this.#fastToClient;
+    this.#fastFromClient = 0;
+    this.#fastToClient = 0;
+    this.listener.udpFast!.remove(fast);
+    this.listener.fastSessions?.delete(this.id);
+  }
+
+  /** A reply relayed by JavaScript. */
+  countReply(length: number): void {
+    this.#bytesToClient += length;
+  }
+
   get service() {
     return this.context.name;
   }
@@ -154,7 +218,7 @@ class UdpSession implements ConnectionInfo, PassOwner, UdpSessionEntry {
   }
 
   send(msg: Buffer): void {
-    this.bytesFromClient += msg.length;
+    this.#bytesFromClient += msg.length;
     if (this.queue !== null) {
       // Past maxQueued the datagram is dropped, as a full socket buffer would.
       if (this.queue.length < this.listener.options.maxQueued) this.queue.push(msg);
@@ -169,6 +233,8 @@ class UdpSession implements ConnectionInfo, PassOwner, UdpSessionEntry {
     this.closeReason = reason;
     this.endMs = this.listener.now();
     this.queue = null;
+    // Before its socket closes: the addon holds a duplicate of the descriptor.
+    this.leaveFast();
     this.upstream.close();
     if (this.ownKey !== '') this.listener.ownTraffic.udpClosed(this, this.ownKey);
     this.listener.sessions.delete(this);
@@ -184,11 +250,13 @@ class UdpSession implements ConnectionInfo, PassOwner, UdpSessionEntry {
     }
   }
 
-  /** Feeds the observer a datagram (UDP sessions keep feeding while `sniffing`, whatever it returns). */
+  /** Feeds the observer a datagram; once it wants no more (or threw), `sniffing` is false. */
   sniff(msg: Buffer, fromClient: boolean): void {
     try {
-      if (fromClient) this.observer.clientData?.(this, msg);
-      else this.observer.endpointData?.(this, msg);
+      const more = fromClient
+        ? this.observer.clientData?.(this, msg)
+        : this.observer.endpointData?.(this, msg);
+      if (more !== true) this.sniffing = false;
     } catch (err) {
       this.sniffing = false;
       observerFailed(
@@ -235,15 +303,20 @@ function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
   session.lastActivityMs = listener.now();
   // The first reply proves the endpoint alive (UDP has no connect to succeed).
   if (session.bytesToClient === 0) session.balancer.reportSuccess(session.endpoint);
-  session.bytesToClient += msg.length;
+  session.countReply(msg.length);
   listener.socket.send(msg, session.clientPort, session.replyAddress);
   // After the send, as the TCP relay does: tracing never delays a reply.
   if (session.sniffing) session.sniff(msg, false);
+  if (!session.sniffing && listener.udpFast !== undefined) listener.handOver(session);
 }
 
 function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void {
   const session = this[kSession];
   if (session === undefined || session.closed) return;
+  upstreamFailed(session, err);
+}
+
+function upstreamFailed(session: UdpSession, err: NodeJS.ErrnoException): void {
   // ICMP port unreachable surfaces as ECONNREFUSED on a connected socket: the endpoint is gone. Drop
   // the session and the client's affinity, so its next datagram picks again (legacy kept sending).
   // Without a socket for the session (fd-exhausted) it is our shortage: the session just closes.
@@ -322,6 +395,12 @@ export class UdpListener implements Sweepable {
   readonly fdPressure: FdPressure;
   readonly onEjection: EjectionListener | undefined;
   readonly ownTraffic: OwnTraffic;
+  /** The addon that relays established sessions; undefined when there is none (or it is off). */
+  readonly udpFast: UdpFastCalls | undefined;
+  /** This listener in the addon, once it reads the service socket; null when that failed. */
+  #fast: FastHandle | null | undefined;
+  /** The sessions the addon relays, by id (its errors name them so). */
+  fastSessions: Map<number, UdpSession> | undefined;
   readonly #sweeper: Sweeper;
   #loopLoggedMs = Number.NEGATIVE_INFINITY;
   /** Swapped by the proxier when the service port changes. */
@@ -332,7 +411,7 @@ export class UdpListener implements Sweepable {
   #binding: PromiseWithResolvers<void> | undefined;
 
   static readonly #receive = function (this: ListenerSocket, msg: Buffer, rinfo: dgram.RemoteInfo): void {
-    this[kListener].#onMessage(msg, rinfo);
+    this[kListener].#onMessage(msg, rinfo.address, rinfo.port);
   };
 
   static readonly #onListening = function (this: ListenerSocket): void {
@@ -377,6 +456,7 @@ export class UdpListener implements Sweepable {
     this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
     this.onEjection = deps.onEjection;
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
+    this.udpFast = deps.udpFast === null ? undefined : (deps.udpFast ?? processUdpFast().calls);
     this.socket = dgram.createSocket({
       type,
       reuseAddr: false,
@@ -407,26 +487,69 @@ export class UdpListener implements Sweepable {
     return binding.promise;
   }
 
-  #onMessage(msg: Buffer, rinfo: dgram.RemoteInfo): void {
-    let session = this.sessions.get(rinfo.address, rinfo.port);
+  /** Datagrams the addon relayed for this listener, both ways (0 without it). */
+  get fastDatagrams(): number {
+    return this.#fast ? this.udpFast!.bypassed(this.#fast) : 0;
+  }
+
+  #onMessage(msg: Buffer, address: string, port: number): void {
+    let session = this.sessions.get(address, port);
     const now = this.now();
     if (session === undefined) {
-      session = this.#open(rinfo, now);
+      session = this.#open(address, port, now);
       if (session === undefined) return;
     }
     session.lastActivityMs = now;
     session.send(msg);
     if (session.sniffing) session.sniff(msg, true);
+    if (!session.sniffing && this.udpFast !== undefined) this.handOver(session);
   }
 
-  #open(rinfo: dgram.RemoteInfo, now: number): UdpSession | undefined {
+  /**
+   * Hands the session to the addon once it is connected, its endpoint has answered (the first reply
+   * reports success to the balancer) and its observer wants no more bytes. From then on the addon reads
+   * the service socket: datagrams of other clients come back through #onMessage.
+   */
+  handOver(session: UdpSession): void {
+    if (session.fast !== undefined || session.queue !== null || session.closed || this.#closed) return;
+    if (session.bytesToClient === 0) return;
+    const calls = this.udpFast!;
+    if (this.#fast === undefined) this.#fast = this.#openFast(calls);
+    if (this.#fast === null) return;
+    const fd = readFd(session.upstream);
+    if (fd < 0) return;
+    const fast = calls.add(this.#fast, session.id, session.replyAddress, session.clientPort, fd);
+    if (typeof fast === 'number') return;
+    session.fast = fast;
+    this.fastSessions ??= new Map();
+    this.fastSessions.set(session.id, session);
+    stopReads(session.upstream);
+  }
+
+  #openFast(calls: UdpFastCalls): FastHandle | null {
+    const fd = readFd(this.socket);
+    if (fd < 0) return null;
+    const fast = calls.open(
+      fd,
+      (msg, address, port) => this.#onMessage(msg, address, port),
+      (id, errno) => {
+        const session = this.fastSessions?.get(id);
+        if (session !== undefined && !session.closed) upstreamFailed(session, receiveError(errno));
+      },
+    );
+    if (typeof fast === 'number') return null;
+    stopReads(this.socket);
+    return fast;
+  }
+
+  #open(address: string, port: number, now: number): UdpSession | undefined {
     const context = this.context;
-    const clientAddress = normalizeAddress(rinfo.address);
+    const clientAddress = normalizeAddress(address);
     // Only a client on this host can be one of our own session sockets come back (a forwarding loop).
     const tracked = this.ownTraffic.isLocal(clientAddress);
-    const passes = tracked ? this.ownTraffic.udpPasses(clientAddress, rinfo.port, this.#port) : 0;
+    const passes = tracked ? this.ownTraffic.udpPasses(clientAddress, port, this.#port) : 0;
     if (passes >= MAX_PASSES) {
-      this.#refuseLoop(clientAddress, rinfo.port, passes, now);
+      this.#refuseLoop(clientAddress, port, passes, now);
       return undefined;
     }
     const family = clientFamily(clientAddress);
@@ -445,16 +568,7 @@ export class UdpListener implements Sweepable {
     if (this.sessions.size >= this.options.maxSessions) this.#evictIdlest(now);
     this.budget?.makeRoom();
     countPick(context.stats, endpoint.key);
-    const session = new UdpSession(
-      this,
-      rinfo.address,
-      clientAddress,
-      rinfo.port,
-      family,
-      balancer,
-      endpoint,
-      now,
-    );
+    const session = new UdpSession(this, address, clientAddress, port, family, balancer, endpoint, now);
     session.tracked = tracked;
     session.passes = passes;
     this.sessions.add(session, this.options.idleTimeoutMs);
@@ -541,6 +655,8 @@ export class UdpListener implements Sweepable {
     this.#closed = true;
     this.#sweeper.delete(this);
     for (const s of this.sessions.values()) s.close(reason);
+    if (this.#fast) this.udpFast!.close(this.#fast);
+    this.#fast = null;
     return new Promise((resolve) => {
       try {
         this.socket.close(() => resolve());

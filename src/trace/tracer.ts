@@ -109,8 +109,7 @@ class TableObserver implements ConnectionObserver {
 
 /**
  * `protocols`: also a sniffer per connection, started by its first bytes and fed until it is done; then
- * the relay stops calling (the TCP relay checks one boolean per chunk; UDP sessions keep calling, at the
- * cost of one field read).
+ * the relay stops calling (one boolean per chunk or datagram; a UDP session then leaves JavaScript).
  */
 class SniffingObserver extends TableObserver {
   override readonly wantsData: boolean = true;

@@ -1,0 +1,446 @@
+// udp_fast: the datagrams of established UDP sessions relayed without JavaScript (src/relay/udp-fast.ts
+// says when a session is handed over and what JavaScript still sees).
+//
+// On Node's own event loop, no thread: a uv_poll on a dup() of the listener's descriptor and of each
+// handed-over session's upstream descriptor (libuv keeps one watcher per descriptor number, so its own
+// handles keep theirs; the dgram sockets stop reading). A listener's datagrams are read in recvmmsg
+// batches: one from a known client goes out of its session's connected upstream socket at once; any other
+// is handed to JavaScript (onMiss), which opens or feeds the session as it does without this addon. An
+// upstream's replies are read in batches and sent back out of the listener in one sendmmsg, to the client's
+// address. Each session counts its bytes and datagrams and keeps the time of its last datagram (ms, the
+// realtime clock: Date.now), which JavaScript reads for expiry, caps and reporting. A receive or send
+// error on an upstream (ICMP port unreachable: ECONNREFUSED) is handed to JavaScript (onError) with the
+// session's id; the session is not used again until JavaScript removes it. A send that finds the socket
+// buffer full drops the datagram, as the network may.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <node_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define BATCH 32
+#define DGRAM_MAX 65536
+#define BUCKETS 1024
+
+typedef struct listener listener_t;
+
+typedef struct session {
+  uv_poll_t poll;  // first: the poll's pointer is the session's
+  listener_t* listener;
+  struct session* next;  // bucket chain
+  struct sockaddr_storage client;
+  socklen_t client_len;
+  uint32_t hash;
+  int fd;  // the dup of the upstream descriptor
+  int failed;
+  double id;
+  double stats[5];  // last activity ms, bytes from client, bytes to client, datagrams from, datagrams to
+} session_t;
+
+struct listener {
+  uv_poll_t poll;
+  napi_env env;
+  napi_ref on_miss;
+  napi_ref on_error;
+  napi_async_context async;
+  int fd;
+  int family;
+  int closing;
+  double bypassed;  // datagrams relayed here, both ways
+  session_t* buckets[BUCKETS];
+};
+
+// One loop thread: one set of batch buffers for every listener (pages untouched stay unmapped).
+static char buffers[BATCH][DGRAM_MAX];
+static struct mmsghdr msgs[BATCH];
+static struct iovec iovs[BATCH];
+static struct sockaddr_storage names[BATCH];
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec * 1000.0 + (double)(ts.tv_nsec / 1000000);
+}
+
+static const uint8_t* addr_bytes(const struct sockaddr_storage* sa, size_t* len, uint16_t* port) {
+  if (sa->ss_family == AF_INET) {
+    const struct sockaddr_in* in = (const struct sockaddr_in*)sa;
+    *len = 4;
+    *port = in->sin_port;
+    return (const uint8_t*)&in->sin_addr;
+  }
+  const struct sockaddr_in6* in6 = (const struct sockaddr_in6*)sa;
+  *len = 16;
+  *port = in6->sin6_port;
+  return (const uint8_t*)&in6->sin6_addr;
+}
+
+static uint32_t hash_of(const struct sockaddr_storage* sa) {
+  size_t len;
+  uint16_t port;
+  const uint8_t* b = addr_bytes(sa, &len, &port);
+  uint32_t h = 2166136261u ^ port;
+  for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 16777619u;
+  return h;
+}
+
+static int same_client(const struct sockaddr_storage* a, const struct sockaddr_storage* b) {
+  size_t la, lb;
+  uint16_t pa, pb;
+  const uint8_t* ba = addr_bytes(a, &la, &pa);
+  const uint8_t* bb = addr_bytes(b, &lb, &pb);
+  return a->ss_family == b->ss_family && pa == pb && memcmp(ba, bb, la) == 0;
+}
+
+static session_t* find(listener_t* l, const struct sockaddr_storage* sa) {
+  uint32_t h = hash_of(sa);
+  for (session_t* s = l->buckets[h % BUCKETS]; s != NULL; s = s->next)
+    if (s->hash == h && same_client(&s->client, sa)) return s;
+  return NULL;
+}
+
+static void prepare(int n) {
+  for (int i = 0; i < n; i++) {
+    iovs[i].iov_base = buffers[i];
+    iovs[i].iov_len = DGRAM_MAX;
+    memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+    msgs[i].msg_hdr.msg_iov = &iovs[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_name = &names[i];
+    msgs[i].msg_hdr.msg_namelen = sizeof names[i];
+  }
+}
+
+// Calls a JavaScript callback as an event of the loop (microtasks run after it; a throw is uncaught).
+static void call_js(listener_t* l, napi_ref ref, size_t argc, napi_value* argv) {
+  napi_value fn, recv, result;
+  napi_get_reference_value(l->env, ref, &fn);
+  napi_get_global(l->env, &recv);  // make_callback wants an object
+  if (napi_make_callback(l->env, l->async, recv, fn, argc, argv, &result) == napi_pending_exception) {
+    napi_value err;
+    napi_get_and_clear_last_exception(l->env, &err);
+    napi_fatal_exception(l->env, err);
+  }
+}
+
+static void hand_over(listener_t* l, const char* data, size_t len, const struct sockaddr_storage* sa) {
+  napi_handle_scope scope;
+  napi_open_handle_scope(l->env, &scope);
+  char text[INET6_ADDRSTRLEN + IF_NAMESIZE + 1];
+  size_t alen;
+  uint16_t port;
+  const uint8_t* b = addr_bytes(sa, &alen, &port);
+  inet_ntop(sa->ss_family, b, text, INET6_ADDRSTRLEN);
+  // As Node names a link-local sender: with its interface (fe80::1%eth0).
+  const struct sockaddr_in6* in6 = (const struct sockaddr_in6*)sa;
+  if (sa->ss_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr) && in6->sin6_scope_id != 0) {
+    size_t at = strlen(text);
+    text[at] = '%';
+    if (if_indextoname(in6->sin6_scope_id, text + at + 1) == NULL)
+      snprintf(text + at + 1, IF_NAMESIZE, "%u", in6->sin6_scope_id);
+  }
+  napi_value argv[3];
+  void* copy;
+  napi_create_buffer_copy(l->env, len, data, &copy, &argv[0]);
+  napi_create_string_latin1(l->env, text, NAPI_AUTO_LENGTH, &argv[1]);
+  napi_create_uint32(l->env, ntohs(port), &argv[2]);
+  call_js(l, l->on_miss, 3, argv);
+  napi_close_handle_scope(l->env, scope);
+}
+
+static void fail_session(session_t* s, int err) {
+  listener_t* l = s->listener;
+  if (s->failed) return;
+  s->failed = 1;
+  uv_poll_stop(&s->poll);
+  napi_handle_scope scope;
+  napi_open_handle_scope(l->env, &scope);
+  napi_value argv[2];
+  napi_create_double(l->env, s->id, &argv[0]);
+  napi_create_int32(l->env, -err, &argv[1]);
+  call_js(l, l->on_error, 2, argv);
+  napi_close_handle_scope(l->env, scope);
+}
+
+static void on_listener(uv_poll_t* poll, int status, int events) {
+  listener_t* l = (listener_t*)poll;
+  (void)events;
+  if (status < 0 || l->closing) return;
+  // One batch per wake-up: the loop's other handles get their turn (level-triggered, it comes back).
+  prepare(BATCH);
+  int n = recvmmsg(l->fd, msgs, BATCH, MSG_DONTWAIT, NULL);
+  if (n <= 0) return;
+  double now = now_ms();
+  for (int i = 0; i < n && !l->closing; i++) {
+    size_t len = msgs[i].msg_len;
+    if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) continue;  // cannot be: buffers hold any datagram
+    session_t* s = find(l, &names[i]);
+    if (s == NULL || s->failed) {
+      hand_over(l, buffers[i], len, &names[i]);
+      continue;
+    }
+    s->stats[0] = now;
+    s->stats[1] += (double)len;
+    s->stats[3] += 1;
+    l->bypassed += 1;
+    if (send(s->fd, buffers[i], len, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+        errno != ENOBUFS)
+      fail_session(s, errno);
+  }
+}
+
+static void on_upstream(uv_poll_t* poll, int status, int events) {
+  session_t* s = (session_t*)poll;
+  listener_t* l = s->listener;
+  (void)events;
+  if (status < 0 || s->failed || l->closing) return;
+  prepare(BATCH);
+  int n = recvmmsg(s->fd, msgs, BATCH, MSG_DONTWAIT, NULL);
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail_session(s, errno);
+    return;
+  }
+  if (n == 0) return;
+  double now = now_ms();
+  for (int i = 0; i < n; i++) {
+    iovs[i].iov_len = msgs[i].msg_len;
+    s->stats[2] += (double)msgs[i].msg_len;
+    memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+    msgs[i].msg_hdr.msg_iov = &iovs[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_name = &s->client;
+    msgs[i].msg_hdr.msg_namelen = s->client_len;
+  }
+  s->stats[0] = now;
+  s->stats[4] += n;
+  l->bypassed += n;
+  // Replies the listener's buffer cannot take are dropped, as a full buffer drops them.
+  for (int sent = 0; sent < n;) {
+    int m = sendmmsg(l->fd, msgs + sent, (unsigned)(n - sent), MSG_DONTWAIT);
+    if (m <= 0) {
+      if (m < 0 && errno == EINTR) continue;
+      sent++;  // skip the one that failed
+      continue;
+    }
+    sent += m;
+  }
+}
+
+static void free_listener(uv_handle_t* h) {
+  free(h);
+}
+
+static void free_session(uv_handle_t* h) {
+  free(h);
+}
+
+static listener_t* listener_arg(napi_env env, napi_value v) {
+  void* p = NULL;
+  if (napi_get_value_external(env, v, &p) != napi_ok) return NULL;
+  return (listener_t*)p;
+}
+
+static napi_value int_result(napi_env env, int32_t value) {
+  napi_value out;
+  napi_create_int32(env, value, &out);
+  return out;
+}
+
+// open(fd, onMiss, onError): a listener's fast path from now on; its dgram socket must stop reading.
+// Returns the listener (an external) or -errno.
+static napi_value Open(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  int32_t fd = -1;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 ||
+      napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0)
+    return int_result(env, -EBADF);
+  struct sockaddr_storage own;
+  socklen_t own_len = sizeof own;
+  if (getsockname(fd, (struct sockaddr*)&own, &own_len) != 0) return int_result(env, -errno);
+  uv_loop_t* loop;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok) return int_result(env, -EINVAL);
+  listener_t* l = calloc(1, sizeof *l);
+  if (l == NULL) return int_result(env, -ENOMEM);
+  l->env = env;
+  l->family = own.ss_family;
+  l->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (l->fd < 0) {
+    int err = errno;
+    free(l);
+    return int_result(env, -err);
+  }
+  if (uv_poll_init_socket(loop, &l->poll, l->fd) != 0) {
+    close(l->fd);
+    free(l);
+    return int_result(env, -EINVAL);
+  }
+  napi_create_reference(env, argv[1], 1, &l->on_miss);
+  napi_create_reference(env, argv[2], 1, &l->on_error);
+  napi_value name;
+  napi_create_string_utf8(env, "kup.udpFast", NAPI_AUTO_LENGTH, &name);
+  napi_async_init(env, NULL, name, &l->async);
+  uv_poll_start(&l->poll, UV_READABLE, on_listener);
+  napi_value out;
+  napi_create_external(env, l, NULL, NULL, &out);
+  return out;
+}
+
+// add(listener, id, address, port, upstreamFd): the session of client address:port (as the listener's
+// socket names it) is relayed here from now on; its dgram upstream socket must stop reading. Returns the
+// session (an external) or -errno (an address this cannot hold: JavaScript keeps the session).
+static napi_value Add(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 5) return int_result(env, -EINVAL);
+  listener_t* l = listener_arg(env, argv[0]);
+  double id;
+  char text[INET6_ADDRSTRLEN + 1];
+  size_t text_len = 0;
+  uint32_t port;
+  int32_t fd;
+  if (l == NULL || l->closing || napi_get_value_double(env, argv[1], &id) != napi_ok ||
+      napi_get_value_string_latin1(env, argv[2], text, sizeof text, &text_len) != napi_ok ||
+      napi_get_value_uint32(env, argv[3], &port) != napi_ok || napi_get_value_int32(env, argv[4], &fd) != napi_ok ||
+      fd < 0 || port > 65535)
+    return int_result(env, -EINVAL);
+  session_t* s = calloc(1, sizeof *s);
+  if (s == NULL) return int_result(env, -ENOMEM);
+  if (l->family == AF_INET) {
+    struct sockaddr_in* in = (struct sockaddr_in*)&s->client;
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, text, &in->sin_addr) != 1) goto invalid;
+    s->client_len = sizeof *in;
+  } else {
+    // A scoped address (fe80::1%eth0) does not parse: its session stays in JavaScript.
+    struct sockaddr_in6* in6 = (struct sockaddr_in6*)&s->client;
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET6, text, &in6->sin6_addr) != 1) goto invalid;
+    s->client_len = sizeof *in6;
+  }
+  if (find(l, &s->client) != NULL) goto invalid;
+  uv_loop_t* loop;
+  napi_get_uv_event_loop(env, &loop);
+  s->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (s->fd < 0) {
+    int err = errno;
+    free(s);
+    return int_result(env, -err);
+  }
+  if (uv_poll_init_socket(loop, &s->poll, s->fd) != 0) {
+    close(s->fd);
+    goto invalid;
+  }
+  s->listener = l;
+  s->id = id;
+  s->hash = hash_of(&s->client);
+  s->next = l->buckets[s->hash % BUCKETS];
+  l->buckets[s->hash % BUCKETS] = s;
+  uv_poll_start(&s->poll, UV_READABLE, on_upstream);
+  napi_value out;
+  napi_create_external(env, s, NULL, NULL, &out);
+  return out;
+invalid:
+  free(s);
+  return int_result(env, -EINVAL);
+}
+
+static session_t* session_arg(napi_env env, napi_value v) {
+  void* p = NULL;
+  if (napi_get_value_external(env, v, &p) != napi_ok) return NULL;
+  return (session_t*)p;
+}
+
+// stats(session, out): out[0..4] = ms since its last datagram here (Infinity before the first), bytes
+// from the client, bytes to the client, datagrams from the client, datagrams to the client (what this
+// relayed, nothing JavaScript did). An age, not a time: the caller's clock need not be this one.
+static napi_value Stats(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2) return int_result(env, -EINVAL);
+  session_t* s = session_arg(env, argv[0]);
+  napi_typedarray_type type;
+  size_t length;
+  void* data;
+  if (s == NULL || napi_get_typedarray_info(env, argv[1], &type, &length, &data, NULL, NULL) != napi_ok ||
+      type != napi_float64_array || length < 5)
+    return int_result(env, -EINVAL);
+  double* out = data;
+  memcpy(out, s->stats, sizeof s->stats);
+  out[0] = s->stats[3] + s->stats[4] == 0 ? (double)INFINITY : now_ms() - s->stats[0];
+  return int_result(env, 0);
+}
+
+// remove(session): relayed here no more; its external must not be used again. Its descriptor's dup is
+// closed with the poll (the dgram socket keeps its own).
+static napi_value Remove(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return int_result(env, -EINVAL);
+  session_t* s = session_arg(env, argv[0]);
+  if (s == NULL) return int_result(env, -EINVAL);
+  listener_t* l = s->listener;
+  session_t** at = &l->buckets[s->hash % BUCKETS];
+  while (*at != NULL && *at != s) at = &(*at)->next;
+  if (*at == s) *at = s->next;
+  // uv_close takes the descriptor out of the loop's epoll set now; closed after it, since the dgram
+  // socket keeps the file open (epoll would go on reporting a closed duplicate).
+  uv_close((uv_handle_t*)&s->poll, free_session);
+  close(s->fd);
+  return int_result(env, 0);
+}
+
+// bypassed(listener): datagrams this relayed for the listener, both ways.
+static napi_value Bypassed(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  listener_t* l = argc < 1 ? NULL : listener_arg(env, argv[0]);
+  napi_value out;
+  napi_create_double(env, l == NULL ? -1 : l->bypassed, &out);
+  return out;
+}
+
+// close(listener): stops reading the listener (its sessions must all be removed first); the external
+// must not be used again.
+static napi_value Close(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  listener_t* l = argc < 1 ? NULL : listener_arg(env, argv[0]);
+  if (l == NULL || l->closing) return int_result(env, -EINVAL);
+  l->closing = 1;
+  napi_delete_reference(env, l->on_miss);
+  napi_delete_reference(env, l->on_error);
+  napi_async_destroy(env, l->async);
+  uv_close((uv_handle_t*)&l->poll, free_listener);
+  close(l->fd);
+  return int_result(env, 0);
+}
+
+static napi_value Init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+      {"open", NULL, Open, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"add", NULL, Add, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"stats", NULL, Stats, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"remove", NULL, Remove, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"bypassed", NULL, Bypassed, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"close", NULL, Close, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, Init)

@@ -1,0 +1,112 @@
+// Established UDP sessions relayed without JavaScript. DNS through the relay cost ~35 µs of CPU a query,
+// nginx ~20: 72 % kernel (a sendmsg and a recvmsg per datagram, each a wake-up of the loop), most of the
+// rest dgram's JavaScript and address formatting around each one (docs/performance-findings.md).
+// native/udp_fast.c (built by `npm run build` into build/native/udp_fast.node) reads a listener's and its
+// sessions' sockets on Node's own loop in recvmmsg batches, and sends a known client's datagrams out of
+// its session's upstream socket and the endpoint's replies back out of the listener (sendmmsg), with no
+// JavaScript per datagram.
+//
+// JavaScript keeps every decision: a datagram from a client without a handed-over session comes back to
+// the listener as dgram would have delivered it (udp.ts opens, queues and sniffs as before); a session is
+// handed over once it is connected, has had its first reply (the endpoint proved alive) and its observer
+// wants no more bytes; its counts and last activity are read from the addon whenever they are needed
+// (expiry, caps, close, /debug/connections). An upstream error comes back as dgram's 'error' would.
+// Without the addon everything stays in JavaScript; KUP_UDP_FAST=off turns it off.
+import type dgram from 'node:dgram';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { getSystemErrorName } from 'node:util';
+
+/** A listener or a session as the addon knows it (an external: opaque, not to be used once closed). */
+export type FastHandle = object;
+
+/** native/udp_fast.c; the numbers returned are 0 or -errno. */
+export interface UdpFastCalls {
+  /** Reads the listener socket `fd` from now on; datagrams of unknown clients go to `onMiss`. */
+  open(
+    fd: number,
+    onMiss: (msg: Buffer, address: string, port: number) => void,
+    onError: (id: number, errno: number) => void,
+  ): FastHandle | number;
+  /** Relays client address:port's datagrams through the connected socket `fd` from now on. */
+  add(listener: FastHandle, id: number, address: string, port: number, fd: number): FastHandle | number;
+  /** out = [ms since its last datagram, bytes from client, bytes to client, datagrams from, datagrams to]. */
+  stats(session: FastHandle, out: Float64Array): number;
+  remove(session: FastHandle): number;
+  /** Datagrams the addon relayed for the listener, both ways. */
+  bypassed(listener: FastHandle): number;
+  close(listener: FastHandle): number;
+}
+
+export type UdpFastSupport =
+  | { calls: UdpFastCalls; error?: undefined }
+  | { calls?: undefined; error: string };
+
+const CALLS = ['open', 'add', 'stats', 'remove', 'bypassed', 'close'] as const;
+
+/** Loads the addon once per process; the error says why it is not there. */
+export function loadUdpFast(env: NodeJS.ProcessEnv = process.env): UdpFastSupport {
+  if (env.KUP_UDP_FAST === 'off') return { error: 'turned off (KUP_UDP_FAST=off)' };
+  if (process.platform !== 'linux') return { error: `not built for ${process.platform}` };
+  // src/relay/ and dist/relay/ are both two levels below the package root.
+  const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'udp_fast.node');
+  try {
+    const calls = createRequire(import.meta.url)(file) as UdpFastCalls;
+    if (CALLS.some((name) => typeof calls[name] !== 'function'))
+      return { error: `${file} is not the udp_fast addon` };
+    return { calls };
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return {
+      error:
+        code === 'MODULE_NOT_FOUND' || code === 'ERR_DLOPEN_FAILED'
+          ? `${file} not built (npm run build; needs a C compiler): ${(err as Error).message.split('\n')[0]}`
+          : `${file}: ${(err as Error).message}`,
+    };
+  }
+}
+
+let processSupport: UdpFastSupport | undefined;
+/** The process's addon (loaded on first use). */
+export function processUdpFast(): UdpFastSupport {
+  processSupport ??= loadUdpFast();
+  return processSupport;
+}
+
+/** What dgram's socket holds of its libuv handle (Node keeps it under a symbol; `_handle` is deprecated). */
+type UdpHandle = { fd?: number; recvStop?: () => number };
+
+let stateSymbol: symbol | undefined;
+
+function udpHandle(socket: dgram.Socket): UdpHandle | undefined {
+  stateSymbol ??= Object.getOwnPropertySymbols(socket).find((s) => s.description === 'state symbol');
+  if (stateSymbol === undefined) return undefined;
+  const state = (socket as unknown as Record<symbol, { handle?: UdpHandle | null } | undefined>)[stateSymbol];
+  return state?.handle ?? undefined;
+}
+
+/** The socket's descriptor, or -1 (not bound, closed, or no handle where Node keeps it). */
+export function readFd(socket: dgram.Socket): number {
+  const fd = udpHandle(socket)?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : -1;
+}
+
+/** dgram reads the socket no more: the addon does (dgram would take the datagrams it should relay). */
+export function stopReads(socket: dgram.Socket): void {
+  udpHandle(socket)?.recvStop?.();
+}
+
+/** A system error as dgram reports a failed receive (code, errno, syscall); errno is negative. */
+export function receiveError(errno: number): NodeJS.ErrnoException {
+  let code: string;
+  try {
+    code = getSystemErrorName(errno);
+  } catch {
+    code = `E${-errno}`;
+  }
+  const err: NodeJS.ErrnoException = new Error(`recvmsg ${code}`);
+  err.code = code;
+  err.errno = errno;
+  err.syscall = 'recvmsg';
+  return err;
+}
