@@ -1,9 +1,11 @@
 // udp_fast: the datagrams of established UDP sessions relayed without JavaScript (src/relay/udp-fast.ts
 // says when a session is handed over and what JavaScript still sees).
 //
-// On Node's own event loop, no thread: a uv_poll on a dup() of the listener's descriptor and of each
-// handed-over session's upstream descriptor (libuv keeps one watcher per descriptor number, so its own
-// handles keep theirs; the dgram sockets stop reading). A listener's datagrams are read in recvmmsg
+// On Node's own event loop, no thread: a uv_poll on a dup() of the listener's descriptor (libuv keeps one
+// watcher per descriptor number and dgram still sends the other sessions' replies on it) and on each
+// handed-over session's own upstream descriptor (one descriptor a session, as the session caps count
+// them: its dgram socket stops reading and no longer writes, so libuv has no watcher on it; the poll
+// is closed before the socket). A listener's datagrams are read in recvmmsg
 // batches: one from a known client goes out of its session's connected upstream socket at once; any other
 // is handed to JavaScript (onMiss), which opens or feeds the session as it does without this addon. An
 // upstream's replies are read in batches and sent back out of the listener in one sendmmsg, to the client's
@@ -41,7 +43,7 @@ typedef struct session {
   struct sockaddr_storage client;
   socklen_t client_len;
   uint32_t hash;
-  int fd;  // the dup of the upstream descriptor
+  int fd;  // the upstream socket's descriptor (dgram's: never closed here)
   int failed;
   double id;
   double stats[5];  // last activity ms, bytes from client, bytes to client, datagrams from, datagrams to
@@ -333,16 +335,9 @@ static napi_value Add(napi_env env, napi_callback_info info) {
   if (find(l, &s->client) != NULL) goto invalid;
   uv_loop_t* loop;
   napi_get_uv_event_loop(env, &loop);
-  s->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (s->fd < 0) {
-    int err = errno;
-    free(s);
-    return int_result(env, -err);
-  }
-  if (uv_poll_init_socket(loop, &s->poll, s->fd) != 0) {
-    close(s->fd);
-    goto invalid;
-  }
+  s->fd = fd;
+  // EEXIST while libuv still watches it (a send of dgram's waiting for room): it stays in JavaScript.
+  if (uv_poll_init_socket(loop, &s->poll, s->fd) != 0) goto invalid;
   s->listener = l;
   s->id = id;
   s->hash = hash_of(&s->client);
@@ -383,8 +378,8 @@ static napi_value Stats(napi_env env, napi_callback_info info) {
   return int_result(env, 0);
 }
 
-// remove(session): relayed here no more; its external must not be used again. Its descriptor's dup is
-// closed with the poll (the dgram socket keeps its own).
+// remove(session): relayed here no more; its external must not be used again. Called before its dgram
+// socket closes: the poll leaves the loop's epoll set now, the descriptor stays the socket's.
 static napi_value Remove(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
@@ -395,10 +390,7 @@ static napi_value Remove(napi_env env, napi_callback_info info) {
   session_t** at = &l->buckets[s->hash % BUCKETS];
   while (*at != NULL && *at != s) at = &(*at)->next;
   if (*at == s) *at = s->next;
-  // uv_close takes the descriptor out of the loop's epoll set now; closed after it, since the dgram
-  // socket keeps the file open (epoll would go on reporting a closed duplicate).
   uv_close((uv_handle_t*)&s->poll, free_session);
-  close(s->fd);
   return int_result(env, 0);
 }
 
@@ -425,6 +417,8 @@ static napi_value Close(napi_env env, napi_callback_info info) {
   napi_delete_reference(env, l->on_miss);
   napi_delete_reference(env, l->on_error);
   napi_async_destroy(env, l->async);
+  // uv_close takes the duplicate out of the loop's epoll set now; closed after it, since the dgram
+  // socket keeps the file open (epoll would go on reporting a closed duplicate).
   uv_close((uv_handle_t*)&l->poll, free_listener);
   close(l->fd);
   return int_result(env, 0);

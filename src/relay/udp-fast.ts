@@ -74,7 +74,7 @@ export function processUdpFast(): UdpFastSupport {
 }
 
 /** What dgram's socket holds of its libuv handle (Node keeps it under a symbol; `_handle` is deprecated). */
-type UdpHandle = { fd?: number; recvStop?: () => number };
+type UdpHandle = { fd?: number; recvStop?: () => number; recvStart?: () => number };
 
 let stateSymbol: symbol | undefined;
 
@@ -94,6 +94,11 @@ export function readFd(socket: dgram.Socket): number {
 /** dgram reads the socket no more: the addon does (dgram would take the datagrams it should relay). */
 export function stopReads(socket: dgram.Socket): void {
   udpHandle(socket)?.recvStop?.();
+}
+
+/** dgram reads the socket again (the addon did not take it). */
+export function resumeReads(socket: dgram.Socket): void {
+  udpHandle(socket)?.recvStart?.();
 }
 
 /** A system error as dgram reports a failed receive (code, errno, syscall); errno is negative. */

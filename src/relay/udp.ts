@@ -26,6 +26,7 @@ import {
   processUdpFast,
   readFd,
   receiveError,
+  resumeReads,
   stopReads,
   type UdpFastCalls,
 } from './udp-fast.ts';
@@ -518,12 +519,17 @@ export class UdpListener implements Sweepable {
     if (this.#fast === null) return;
     const fd = readFd(session.upstream);
     if (fd < 0) return;
+    // First: the addon polls the socket's own descriptor, which libuv must no longer watch.
+    stopReads(session.upstream);
     const fast = calls.add(this.#fast, session.id, session.replyAddress, session.clientPort, fd);
-    if (typeof fast === 'number') return;
+    if (typeof fast === 'number') {
+      // A send of dgram's still waiting for room, or an address it cannot hold: JavaScript keeps it.
+      resumeReads(session.upstream);
+      return;
+    }
     session.fast = fast;
     this.fastSessions ??= new Map();
     this.fastSessions.set(session.id, session);
-    stopReads(session.upstream);
   }
 
   #openFast(calls: UdpFastCalls): FastHandle | null {

@@ -4,6 +4,7 @@
 // the counts) stays as without the addon. Each test runs the relay with the addon and without it.
 import assert from 'node:assert/strict';
 import dgram from 'node:dgram';
+import { readdirSync } from 'node:fs';
 import { test } from 'node:test';
 import type { ConnectionInfo, ConnectionObserver } from '../../src/relay/observer.ts';
 import { DEFAULT_UDP_OPTIONS, UdpListener, type UdpRelayOptions } from '../../src/relay/udp.ts';
@@ -228,3 +229,29 @@ for (const path of PATHS) {
     assert.equal(listener.fastDatagrams, path.name === 'addon' ? 6 : 0);
   });
 }
+
+test('a handed-over session holds one descriptor, as the session caps count it', async (t) => {
+  const server = await udpServer('127.0.0.11');
+  t.after(() => server.close());
+  const fds = () => readdirSync('/proc/self/fd').length;
+  const held: number[] = [];
+  for (const path of PATHS) {
+    const { listener } = await relay(t, [ep(server.host, server.port)], path.calls(), {
+      idleTimeoutMs: 60_000,
+    });
+    // One exchange first: the listener is taken over with the first session (the addon's one dup).
+    const first = await client(t, '127.0.0.20');
+    await first.ask(listener.port, 'q');
+    const before = fds();
+    for (let i = 0; i < 20; i++) {
+      const c = await client(t, `127.0.0.${30 + i}`);
+      await c.ask(listener.port, 'q');
+      await c.ask(listener.port, 'q');
+    }
+    held.push(fds() - before);
+    assert.equal(listener.sessions.size, 21);
+    await listener.close();
+  }
+  // 20 client sockets and 20 sessions either way.
+  assert.deepEqual(held, [40, 40]);
+});
