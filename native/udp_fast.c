@@ -177,7 +177,16 @@ static void fail_session(session_t* s, int err) {
 static void on_listener(uv_poll_t* poll, int status, int events) {
   listener_t* l = (listener_t*)poll;
   (void)events;
-  if (status < 0 || l->closing) return;
+  if (l->closing) return;
+  if (status < 0) {
+    // A pending socket error (EPOLLERR): libuv stopped the poll. Clear it and read on, or the service
+    // socket would be read by no one.
+    int err = 0;
+    socklen_t err_len = sizeof err;
+    getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &err, &err_len);
+    uv_poll_start(&l->poll, UV_READABLE, on_listener);
+    return;
+  }
   // One batch per wake-up: the loop's other handles get their turn (level-triggered, it comes back).
   prepare(BATCH);
   int n = recvmmsg(l->fd, msgs, BATCH, MSG_DONTWAIT, NULL);
@@ -205,7 +214,20 @@ static void on_upstream(uv_poll_t* poll, int status, int events) {
   session_t* s = (session_t*)poll;
   listener_t* l = s->listener;
   (void)events;
-  if (status < 0 || s->failed || l->closing) return;
+  if (s->failed || l->closing) return;
+  if (status < 0) {
+    // EPOLLERR: the ICMP error (port unreachable: ECONNREFUSED) is pending on the connected socket and
+    // libuv stopped the poll. Handed to JavaScript now, as dgram's receive reports it.
+    int err = 0;
+    socklen_t err_len = sizeof err;
+    if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &err_len) != 0) err = errno;
+    if (err != 0) {
+      fail_session(s, err);
+      return;
+    }
+    uv_poll_start(&s->poll, UV_READABLE, on_upstream);
+    return;
+  }
   prepare(BATCH);
   int n = recvmmsg(s->fd, msgs, BATCH, MSG_DONTWAIT, NULL);
   if (n < 0) {

@@ -209,6 +209,35 @@ for (const path of PATHS) {
     assert.ok(context.stats.accepted >= 2);
   });
 
+  test(`${path.name}: the ICMP unreachable ends the session when it arrives, not at the client's next datagram`, async (t) => {
+    const doomed = await udpServer('127.0.0.11', () => Buffer.from('doomed'));
+    let doomedOpen = true;
+    t.after(() => doomedOpen && doomed.close());
+    const good = await udpServer('127.0.0.12', () => Buffer.from('good'));
+    t.after(() => good.close());
+    const { listener, context } = await relay(t, [ep(doomed.host, doomed.port)], path.calls(), {
+      idleTimeoutMs: 60_000,
+    });
+    const c = await client(t, '127.0.0.21');
+    assert.equal(String(await c.ask(listener.port, 'q')), 'doomed');
+    assert.equal(String(await c.ask(listener.port, 'q')), 'doomed');
+    assert.equal(listener.fastDatagrams > 0, path.name === 'addon');
+    const [session] = [...listener.sessions.values()];
+    context.balancer.setEndpoints([ep(doomed.host, doomed.port), ep(good.host, good.port)]);
+    doomedOpen = false;
+    await doomed.close();
+    // One datagram draws the ICMP port unreachable (EPOLLERR on the session's socket); no other follows.
+    c.socket.send('q', listener.port, '127.0.0.1');
+    await waitFor(() => session!.closed, 2000, 'the session closed by the ICMP error');
+    assert.equal(session!.closeReason, 'endpoint-reset');
+    // The next session may pick the gone endpoint again (round robin): a few tries at most.
+    for (let i = 0; i < 6 && c.answers.at(-1)?.toString() !== 'good'; i++) {
+      c.socket.send('q', listener.port, '127.0.0.1');
+      await sleep(100);
+    }
+    assert.equal(c.answers.at(-1)?.toString(), 'good');
+  });
+
   test(`${path.name}: a sniffing observer sees every datagram until it wants no more`, async (t) => {
     const server = await udpServer('127.0.0.11');
     t.after(() => server.close());
