@@ -82,6 +82,9 @@ function expireIdle(session: UdpSession): void {
 /** How many of the oldest sessions an eviction compares. */
 const EVICTION_LOOK = 64;
 
+/** After the addon could not read a listener's service socket, how long until it is asked again. */
+export const FAST_RETRY_MS = 1000;
+
 /** What the addon's stats() writes; read at once by the one caller (one thread). */
 const FAST_STATS = new Float64Array(5);
 
@@ -398,8 +401,10 @@ export class UdpListener implements Sweepable {
   readonly ownTraffic: OwnTraffic;
   /** The addon that relays established sessions; undefined when there is none (or it is off). */
   readonly udpFast: UdpFastCalls | undefined;
-  /** This listener in the addon, once it reads the service socket; null when that failed. */
-  #fast: FastHandle | null | undefined;
+  /** This listener in the addon, once it reads the service socket. */
+  #fast: FastHandle | undefined;
+  /** When the addon may be asked to read the service socket again after it could not (no descriptor). */
+  #fastRetryMs = 0;
   /** The sessions the addon relays, by id (its errors name them so). */
   fastSessions: Map<number, UdpSession> | undefined;
   readonly #sweeper: Sweeper;
@@ -515,8 +520,17 @@ export class UdpListener implements Sweepable {
     if (session.fast !== undefined || session.queue !== null || session.closed || this.#closed) return;
     if (session.bytesToClient === 0) return;
     const calls = this.udpFast!;
-    if (this.#fast === undefined) this.#fast = this.#openFast(calls);
-    if (this.#fast === null) return;
+    if (this.#fast === undefined) {
+      // Its dup() can fail while descriptors run out: JavaScript relays meanwhile, and a later session
+      // tries again (not at every datagram).
+      const now = this.now();
+      if (now < this.#fastRetryMs) return;
+      this.#fast = this.#openFast(calls);
+      if (this.#fast === undefined) {
+        this.#fastRetryMs = now + FAST_RETRY_MS;
+        return;
+      }
+    }
     const fd = readFd(session.upstream);
     if (fd < 0) return;
     // First: the addon polls the socket's own descriptor, which libuv must no longer watch.
@@ -532,9 +546,9 @@ export class UdpListener implements Sweepable {
     this.fastSessions.set(session.id, session);
   }
 
-  #openFast(calls: UdpFastCalls): FastHandle | null {
+  #openFast(calls: UdpFastCalls): FastHandle | undefined {
     const fd = readFd(this.socket);
-    if (fd < 0) return null;
+    if (fd < 0) return undefined;
     const fast = calls.open(
       fd,
       (msg, address, port) => this.#onMessage(msg, address, port),
@@ -543,7 +557,7 @@ export class UdpListener implements Sweepable {
         if (session !== undefined && !session.closed) upstreamFailed(session, receiveError(errno));
       },
     );
-    if (typeof fast === 'number') return null;
+    if (typeof fast === 'number') return undefined;
     stopReads(this.socket);
     return fast;
   }
@@ -662,7 +676,7 @@ export class UdpListener implements Sweepable {
     this.#sweeper.delete(this);
     for (const s of this.sessions.values()) s.close(reason);
     if (this.#fast) this.udpFast!.close(this.#fast);
-    this.#fast = null;
+    this.#fast = undefined;
     return new Promise((resolve) => {
       try {
         this.socket.close(() => resolve());

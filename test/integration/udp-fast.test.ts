@@ -7,7 +7,12 @@ import dgram from 'node:dgram';
 import { readdirSync } from 'node:fs';
 import { test } from 'node:test';
 import type { ConnectionInfo, ConnectionObserver } from '../../src/relay/observer.ts';
-import { DEFAULT_UDP_OPTIONS, UdpListener, type UdpRelayOptions } from '../../src/relay/udp.ts';
+import {
+  DEFAULT_UDP_OPTIONS,
+  FAST_RETRY_MS,
+  UdpListener,
+  type UdpRelayOptions,
+} from '../../src/relay/udp.ts';
 import { loadUdpFast, type UdpFastCalls } from '../../src/relay/udp-fast.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
@@ -283,4 +288,42 @@ test('a handed-over session holds one descriptor, as the session caps count it',
   }
   // 20 client sockets and 20 sessions either way.
   assert.deepEqual(held, [40, 40]);
+});
+
+test('addon: a listener it could not read at first (no descriptor left) is tried again after a delay, not never', async (t) => {
+  const server = await udpServer('127.0.0.11', (m) => Buffer.concat([Buffer.from('re:'), m]));
+  t.after(() => server.close());
+  const real = addon();
+  let opens = 0;
+  // The first open fails as a dup() without a free descriptor does (-EMFILE).
+  const calls: UdpFastCalls = {
+    open: (fd, onMiss, onError) => (++opens === 1 ? -24 : real.open(fd, onMiss, onError)),
+    add: (listener, id, address, port, fd) => real.add(listener, id, address, port, fd),
+    stats: (session, out) => real.stats(session, out),
+    remove: (session) => real.remove(session),
+    bypassed: (listener) => real.bypassed(listener),
+    close: (listener) => real.close(listener),
+  };
+  let now = 1_000_000;
+  const context = makeContext([ep(server.host, server.port)], 'UDP', 'default/dns:dns');
+  const listener = new UdpListener(
+    context,
+    DEFAULT_UDP_OPTIONS,
+    { log, udpFast: calls, now: () => now },
+    'udp4',
+  );
+  await listener.listen('127.0.0.1', 0);
+  t.after(() => listener.close());
+  const a = await client(t, '127.0.0.21');
+  for (let i = 0; i < 5; i++) await a.ask(listener.port, `a${i}`);
+  assert.equal(opens, 1);
+  assert.equal(listener.fastDatagrams, 0, 'JavaScript relays meanwhile');
+  // A second session within the delay does not ask again.
+  const b = await client(t, '127.0.0.22');
+  for (let i = 0; i < 3; i++) await b.ask(listener.port, `b${i}`);
+  assert.equal(opens, 1);
+  now += FAST_RETRY_MS;
+  for (let i = 0; i < 5; i++) assert.equal(String(await a.ask(listener.port, `a${i}`)), `re:a${i}`);
+  assert.equal(opens, 2);
+  assert.ok(listener.fastDatagrams > 0, 'handed over once the addon could read the service socket');
 });
