@@ -32,7 +32,9 @@
 
 #define BATCH 32
 #define DGRAM_MAX 65536
-#define BUCKETS 1024
+// A listener's sessions by client address: a table of 16 chains at first, doubled while it holds more
+// than two sessions a chain (a fixed 1,024 was 8 KiB for every listener that ever handed one over).
+#define FIRST_BUCKETS 16
 
 typedef struct listener listener_t;
 
@@ -59,7 +61,9 @@ struct listener {
   int family;
   int closing;
   double bypassed;  // datagrams relayed here, both ways
-  session_t* buckets[BUCKETS];
+  session_t** buckets;  // NULL until the first session; a power of two of chains
+  uint32_t nbuckets;
+  uint32_t sessions;
 };
 
 // One loop thread: one set of batch buffers for every listener (pages untouched stay unmapped).
@@ -68,9 +72,10 @@ static struct mmsghdr msgs[BATCH];
 static struct iovec iovs[BATCH];
 static struct sockaddr_storage names[BATCH];
 
+// Only ages are read from it (stats()): the monotonic clock, which no setting of the time moves.
 static double now_ms(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1000.0 + (double)(ts.tv_nsec / 1000000);
 }
 
@@ -105,10 +110,33 @@ static int same_client(const struct sockaddr_storage* a, const struct sockaddr_s
 }
 
 static session_t* find(listener_t* l, const struct sockaddr_storage* sa) {
+  if (l->buckets == NULL) return NULL;
   uint32_t h = hash_of(sa);
-  for (session_t* s = l->buckets[h % BUCKETS]; s != NULL; s = s->next)
+  for (session_t* s = l->buckets[h & (l->nbuckets - 1)]; s != NULL; s = s->next)
     if (s->hash == h && same_client(&s->client, sa)) return s;
   return NULL;
+}
+
+// Makes room for one more session: the first table, or one twice as large when the chains grow past
+// two sessions each. 0, or -ENOMEM (the table stays as it was).
+static int reserve(listener_t* l) {
+  if (l->buckets != NULL && l->sessions < 2 * l->nbuckets) return 0;
+  uint32_t n = l->buckets == NULL ? FIRST_BUCKETS : 2 * l->nbuckets;
+  session_t** table = calloc(n, sizeof *table);
+  if (table == NULL) return -ENOMEM;
+  for (uint32_t i = 0; i < l->nbuckets; i++) {
+    session_t* s = l->buckets[i];
+    while (s != NULL) {
+      session_t* next = s->next;
+      s->next = table[s->hash & (n - 1)];
+      table[s->hash & (n - 1)] = s;
+      s = next;
+    }
+  }
+  free(l->buckets);
+  l->buckets = table;
+  l->nbuckets = n;
+  return 0;
 }
 
 static void prepare(int n) {
@@ -261,6 +289,7 @@ static void on_upstream(uv_poll_t* poll, int status, int events) {
 }
 
 static void free_listener(uv_handle_t* h) {
+  free(((listener_t*)h)->buckets);
   free(h);
 }
 
@@ -355,6 +384,10 @@ static napi_value Add(napi_env env, napi_callback_info info) {
     s->client_len = sizeof *in6;
   }
   if (find(l, &s->client) != NULL) goto invalid;
+  if (reserve(l) != 0) {
+    free(s);
+    return int_result(env, -ENOMEM);
+  }
   uv_loop_t* loop;
   napi_get_uv_event_loop(env, &loop);
   s->fd = fd;
@@ -363,8 +396,9 @@ static napi_value Add(napi_env env, napi_callback_info info) {
   s->listener = l;
   s->id = id;
   s->hash = hash_of(&s->client);
-  s->next = l->buckets[s->hash % BUCKETS];
-  l->buckets[s->hash % BUCKETS] = s;
+  s->next = l->buckets[s->hash & (l->nbuckets - 1)];
+  l->buckets[s->hash & (l->nbuckets - 1)] = s;
+  l->sessions++;
   uv_poll_start(&s->poll, UV_READABLE, on_upstream);
   napi_value out;
   napi_create_external(env, s, NULL, NULL, &out);
@@ -409,9 +443,12 @@ static napi_value Remove(napi_env env, napi_callback_info info) {
   session_t* s = session_arg(env, argv[0]);
   if (s == NULL) return int_result(env, -EINVAL);
   listener_t* l = s->listener;
-  session_t** at = &l->buckets[s->hash % BUCKETS];
+  session_t** at = &l->buckets[s->hash & (l->nbuckets - 1)];
   while (*at != NULL && *at != s) at = &(*at)->next;
-  if (*at == s) *at = s->next;
+  if (*at == s) {
+    *at = s->next;
+    l->sessions--;
+  }
   uv_close((uv_handle_t*)&s->poll, free_session);
   return int_result(env, 0);
 }

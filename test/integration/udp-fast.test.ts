@@ -327,3 +327,20 @@ test('addon: a listener it could not read at first (no descriptor left) is tried
   assert.equal(opens, 2);
   assert.ok(listener.fastDatagrams > 0, 'handed over once the addon could read the service socket');
 });
+
+test('addon: 100 sessions of one listener (its table of clients grows from 16 chains) all relayed natively, then removed', async (t) => {
+  const server = await udpServer('127.0.0.11', (m) => Buffer.concat([Buffer.from('re:'), m]));
+  t.after(() => server.close());
+  // Sessions that outlive the three rounds (the default expires them after 250 ms idle).
+  const { listener } = await relay(t, [ep(server.host, server.port)], addon(), { idleTimeoutMs: 60_000 });
+  const clients = [];
+  for (let i = 0; i < 100; i++) clients.push(await client(t, '127.0.0.21'));
+  for (let round = 0; round < 3; round++)
+    for (const [i, c] of clients.entries())
+      assert.equal(String(await c.ask(listener.port, `c${i}r${round}`)), `re:c${i}r${round}`);
+  // Each client's first exchange goes through JavaScript (its answer hands it over), the other two not.
+  assert.equal(listener.fastDatagrams, 100 * 2 * 2);
+  assert.equal(listener.sessions.size, 100);
+  await listener.close();
+  assert.equal(listener.sessions.size, 0);
+});
