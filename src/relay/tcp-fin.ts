@@ -68,16 +68,18 @@ export function socketFd(socket: net.Socket): number {
 }
 
 /**
- * Whether `chunk`, just emitted by `from`, is the last thing before the peer's FIN: nothing is left in
- * Node's buffer behind it (a socket paused by backpressure goes on reading into that buffer, the EOF
- * included, and emits the chunks one by one when resumed), and the kernel holds the FIN next: a read
- * that did not fill the buffer drained the socket. Descriptors are read at each use, never kept: a
- * destroyed socket's number may already belong to another connection.
+ * What follows `chunk`, just emitted by `from`: 1 when it is the last thing before the peer's FIN (nothing
+ * is left in Node's buffer behind it: a socket paused by backpressure goes on reading into that buffer,
+ * the EOF included, and emits the chunks one by one when resumed; and the kernel holds the FIN next: a
+ * read that did not fill the buffer drained the socket), 0 when not or unknown, -errno when a reset (or
+ * an error) is next: the peek took it from the socket, as a read does, so Node will never see it and the
+ * caller must act on it. Descriptors are read at each use, never kept: a destroyed socket's number may
+ * already belong to another connection.
  */
-export function endFollows(calls: TcpFinCalls, from: net.Socket, chunk: Buffer): boolean {
-  if (chunk.length >= FULL_READ || from.readableLength !== 0) return false;
+export function endFollows(calls: TcpFinCalls, from: net.Socket, chunk: Buffer): number {
+  if (chunk.length >= FULL_READ || from.readableLength !== 0) return 0;
   const fd = socketFd(from);
-  return fd >= 0 && calls.peekEnd(fd) === 1;
+  return fd >= 0 ? calls.peekEnd(fd) : 0;
 }
 
 /**

@@ -2,6 +2,7 @@
 // timeouts (never holding up other accepts), then relay both ways with backpressure and half-close.
 // Handlers are shared functions bound through a symbol on the socket: no closures per connection.
 import net from 'node:net';
+import { constants } from 'node:os';
 import type { Logger } from '../lib/log.ts';
 import type { Balancer } from '../loadbalancer/balancer.ts';
 import type { Endpoint } from '../state/endpoint.ts';
@@ -106,6 +107,8 @@ const LIMIT_LOG_INTERVAL_MS = 10_000;
 
 /** Written to a paused socket to learn whether its peer reset: a paused socket is not polled. */
 const EMPTY = Buffer.alloc(0);
+
+const { ECONNRESET } = constants.errno;
 
 /** The stall sweep's period: a quarter of the timeout, between 25 ms and 5 s. */
 function stallSweepMs(timeoutMs: number): number {
@@ -744,13 +747,20 @@ function onUpstreamData(this: net.Socket, chunk: Buffer): void {
   const conn = connOf(this);
   if (conn === undefined || conn.upstream !== this) return;
   const fin = conn.listener.tcpFin;
+  const next = fin === undefined ? 0 : endFollows(fin, this, chunk);
   let flowing: boolean;
-  if (fin !== undefined && endFollows(fin, this, chunk)) {
+  if (next === 1) {
     // The endpoint's FIN is next: it leaves with these bytes, so the client is not the one to close.
-    flowing = writeWithFin(fin, conn.client, chunk);
+    flowing = writeWithFin(fin!, conn.client, chunk);
     conn.clientFinSent = true;
   } else flowing = conn.client.write(chunk);
   if (conn.sniffing) conn.sniffing = conn.sniffEndpoint(chunk);
+  if (next < 0) {
+    // The endpoint reset right behind these bytes, and the peek took the error: Node's next read would
+    // find an end of stream instead (the relay would pass on a FIN and wait for the client).
+    conn.abort(next === -ECONNRESET ? 'endpoint-reset' : 'error');
+    return;
+  }
   if (!flowing) this.pause();
   else if (!conn.sniffing && conn.listener.offload !== undefined) conn.offload();
 }

@@ -158,3 +158,35 @@ test('after the FIN with the answer the client may still send: its bytes reach t
   await gotAll.promise;
   assert.equal(received, 'first;after the answer;');
 });
+
+test("an endpoint's reset right behind its last bytes: the bytes reach the client, then the close (endpoint-reset)", async (t) => {
+  const calls = addon();
+  // Answers and resets at once (SO_LINGER 0): the answer and the reset are both in the relay's socket
+  // when it reads, and the peek for a FIN after the answer finds the reset instead (and takes it).
+  const pod = await tcpServer('127.0.0.12', (s) =>
+    s.once('data', () => {
+      s.write(ANSWER);
+      s.resetAndDestroy();
+    }),
+  );
+  t.after(() => pod.close());
+  const context = makeContext([ep(pod.host, pod.port)]);
+  const closed: string[] = [];
+  context.observer = { wantsData: false, opened() {}, closed: (c) => closed.push(c.closeReason!) };
+  const listener = new TcpListener(context, DEFAULT_TCP_OPTIONS, { log, tcpFin: calls, tcpOffload: null });
+  await listener.listen('127.0.0.1', 0);
+  t.after(() => listener.destroy());
+  // A client that keeps its side open after the endpoint's FIN: only a close by the relay ends it.
+  const client = net.connect({ host: '127.0.0.1', port: listener.port, allowHalfOpen: true });
+  client.on('error', () => {});
+  t.after(() => client.destroy());
+  let answer = '';
+  client.on('data', (d: Buffer) => {
+    answer += d.toString();
+  });
+  client.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
+  for (let i = 0; i < 200 && closed.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+  assert.equal(answer, ANSWER);
+  assert.deepEqual(closed, ['endpoint-reset']);
+  assert.equal(listener.connections.size, 0);
+});
