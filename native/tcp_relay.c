@@ -229,6 +229,11 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
       from->eof = 1;
       return pass_fin(r, from);
     }
+    // A reset came instead of the FIN, and the peek took its error: it is this side's error now.
+    if (e < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      abort_with(r, error_reason(from->side, errno));
+      return -1;
+    }
     setsockopt(to->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
   }
   return 0;
@@ -266,6 +271,18 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
   relay_t* r = s->relay;
   if (r->closing) return;
   if (status < 0) {
+    // EPOLLERR (a reset, mostly), and libuv stopped the poll. What the side sent before it is still to
+    // read and pass on, as the JavaScript relay's reads come before its error: while it is read, one
+    // read a wake-up (the error stays pending, level-triggered) until the read that finds the error.
+    if (s->mask & UV_READABLE) {
+      double before = s->bytesRead;
+      if (pump(r, s, 1) < 0) return;
+      if (s->bytesRead != before || s->eof) {
+        s->mask = 0;
+        update(r);
+        return;
+      }
+    }
     int err = 0;
     socklen_t len = sizeof err;
     getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);

@@ -218,6 +218,49 @@ for (const mode of MODES) {
     assert.equal(closed[1]!.closeReason, 'client-reset');
   });
 
+  test(`${mode.name}: bytes sent just before a reset still reach the other side (both ways)`, async (t) => {
+    // A peer that writes its last bytes and resets at once (SO_LINGER 0): both are in the relay's socket
+    // by the time it reads. The JavaScript relay reads the bytes, writes them on, then sees the reset.
+    const sockets: net.Socket[] = [];
+    const atEndpoint: Buffer[] = [];
+    const pod = await endpoint(t, (s) => {
+      s.on('error', () => {});
+      sockets.push(s);
+      s.on('data', (d: Buffer) => {
+        atEndpoint.push(d);
+        if (String(d) === 'go') {
+          s.write('last words');
+          s.resetAndDestroy();
+        }
+      });
+    });
+    const { listener, closed } = await relay(t, pod.port, mode);
+    const c1 = connect(listener.port);
+    const atClient: Buffer[] = [];
+    c1.on('data', (d: Buffer) => atClient.push(d));
+    await waitFor(() => sockets.length === 1 && listener.connections.size === 1, 2000, 'connected');
+    await delay(20);
+    c1.write('go');
+    await new Promise((r) => c1.once('close', r));
+    assert.equal(String(Buffer.concat(atClient)), 'last words');
+    await waitFor(() => closed.length === 1, 2000, 'the close');
+    assert.equal(closed[0]!.closeReason, 'endpoint-reset');
+    assert.equal(closed[0]!.bytesToClient, 10);
+
+    // The other way: the client's last bytes, then its reset.
+    const c2 = connect(listener.port);
+    await waitFor(() => sockets.length === 2 && listener.connections.size === 1, 2000, 'connected');
+    await delay(20);
+    const gone = new Promise((r) => sockets[1]!.once('close', r));
+    c2.write('parting words');
+    c2.resetAndDestroy();
+    await gone;
+    assert.equal(String(Buffer.concat(atEndpoint.slice(1))), 'parting words');
+    await waitFor(() => closed.length === 2, 2000, 'the close');
+    assert.equal(closed[1]!.closeReason, 'client-reset');
+    assert.equal(closed[1]!.bytesFromClient, 13);
+  });
+
   test(`${mode.name}: the idle and half-close timeouts close, with their reasons`, async (t) => {
     const pod = await endpoint(t, (s) => s.on('error', () => {}), true);
     const { listener, closed } = await relay(t, pod.port, mode, {
