@@ -13,6 +13,8 @@
 // without the callback.
 //
 // Node-API for everything JavaScript sees; libuv (uv.h from the same headers) only for the loop.
+#define _GNU_SOURCE  // dup3
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -37,6 +39,9 @@ enum {
   R_HALF_CLOSE = 7,
   R_STALLED = 8,
 };
+
+// dial()'s onConnect status for an attempt that timed out (others: 0 connected, -errno).
+#define CONNECT_TIMEOUT 1
 
 #define CLIENT 0
 #define UPSTREAM 1
@@ -74,10 +79,13 @@ struct relay {
   uint32_t halfCloseMs;
   uint32_t stallMs;
   uint32_t stallCheckMs;
+  int connecting;  // dialling the endpoint (dial()): the client is not read yet
+  int connectErr;  // an attempt that failed before its poll (socket() or connect() itself): reported next turn
 };
 
 static napi_env g_env;
 static napi_ref g_on_end;
+static napi_ref g_on_connect;
 static napi_async_context g_async;
 static uv_loop_t* g_loop;
 static char g_buf[READ_SIZE];
@@ -266,10 +274,16 @@ static void update(relay_t* r) {
   arm_timer(r);
 }
 
+static void connect_done(relay_t* r, int status);
+
 static void on_poll(uv_poll_t* handle, int status, int events) {
   side_t* s = (side_t*)handle;
   relay_t* r = s->relay;
   if (r->closing) return;
+  if (r->connecting) {
+    connect_done(r, status);
+    return;
+  }
   if (status < 0) {
     // EPOLLERR (a reset, mostly), and libuv stopped the poll. What the side sent before it is still to
     // read and pass on, as the JavaScript relay's reads come before its error: while it is read, one
@@ -344,9 +358,18 @@ static void arm_timer(relay_t* r) {
   uv_timer_start(&r->timer, on_timer, due > now ? due - now : 0, 0);
 }
 
+static void connect_failed(relay_t* r, int status);
+
 static void on_timer(uv_timer_t* timer) {
   relay_t* r = (relay_t*)timer->data;
   r->timerDue = 0;
+  if (r->connecting) {
+    // An attempt that failed at once (connectErr), or the attempt's timeout.
+    uv_poll_stop(&r->sides[UPSTREAM].poll);
+    r->sides[UPSTREAM].mask = 0;
+    connect_failed(r, r->connectErr != 0 ? -r->connectErr : CONNECT_TIMEOUT);
+    return;
+  }
   uint64_t now = uv_now(g_loop);
   int reason;
   uint32_t t = timeout_of(r, &reason);
@@ -494,6 +517,239 @@ static napi_value Start(napi_env env, napi_callback_info info) {
   return int_result(env, r->slot);
 }
 
+// Dialling. dial() takes the client's descriptor (a dup, as start()) and connects to the endpoint itself
+// (socket, TCP_NODELAY, a non-blocking connect, the poll for writable, SO_ERROR), instead of Node's
+// net.connect: no net.Socket and libuv handle built only to be handed over. JavaScript still picks every
+// endpoint: it hears of each attempt's end once, onConnect(owner, status) (0: connected, the relay runs
+// from there on; -errno; CONNECT_TIMEOUT), and dials the next endpoint on the same slot (redial) or
+// aborts. A retry's socket takes the failed one's descriptor number (dup3), which the side's poll watches.
+
+// onConnect(owner, status); the last thing its caller does (JavaScript may redial or abort from it).
+static void notify_connect(relay_t* r, int status) {
+  napi_env env = g_env;
+  napi_handle_scope scope;
+  napi_open_handle_scope(env, &scope);
+  napi_value fn, argv[2], result;
+  napi_get_reference_value(env, g_on_connect, &fn);
+  napi_get_reference_value(env, r->owner, &argv[0]);
+  napi_create_int32(env, status, &argv[1]);
+  if (napi_make_callback(env, g_async, argv[0], fn, 2, argv, &result) == napi_pending_exception) {
+    napi_value err;
+    napi_get_and_clear_last_exception(env, &err);
+    napi_fatal_exception(env, err);
+  }
+  napi_close_handle_scope(env, scope);
+}
+
+// The attempt failed: its socket stays (closed by the next attempt's dup3, or with the relay).
+static void connect_failed(relay_t* r, int status) {
+  uv_timer_stop(&r->timer);
+  uv_unref((uv_handle_t*)&r->timer);
+  r->timerDue = 0;
+  notify_connect(r, status);
+}
+
+// The upstream socket became writable (or reported an error): connected, or how it failed.
+static void connect_done(relay_t* r, int status) {
+  side_t* up = &r->sides[UPSTREAM];
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(up->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err == 0 && status < 0) err = -status;
+  if (err != 0) {
+    uv_poll_stop(&up->poll);
+    up->mask = 0;
+    connect_failed(r, -err);
+    return;
+  }
+  uv_timer_stop(&r->timer);
+  uv_unref((uv_handle_t*)&r->timer);
+  r->timerDue = 0;
+  r->connecting = 0;
+  r->lastActivity = uv_now(g_loop);
+  update(r);
+  notify_connect(r, 0);
+}
+
+// The attempt failed before its poll: told on the next turn of the loop, as a connect error would be.
+static void fail_next_turn(relay_t* r, int err) {
+  r->connecting = 1;
+  r->connectErr = err;
+  uv_ref((uv_handle_t*)&r->timer);
+  uv_timer_start(&r->timer, on_timer, 0, 0);
+}
+
+// Issues connect() on the upstream socket and polls for its outcome.
+static void start_connect(relay_t* r, const struct sockaddr_storage* addr, socklen_t len, uint32_t timeoutMs) {
+  side_t* up = &r->sides[UPSTREAM];
+  r->connecting = 1;
+  r->connectErr = 0;
+  if (connect(up->fd, (const struct sockaddr*)addr, len) != 0 && errno != EINPROGRESS && errno != EINTR) {
+    fail_next_turn(r, errno);
+    return;
+  }
+  up->mask = UV_WRITABLE;
+  uv_poll_start(&up->poll, UV_WRITABLE, on_poll);
+  if (timeoutMs > 0) {
+    uv_ref((uv_handle_t*)&r->timer);
+    uv_timer_start(&r->timer, on_timer, timeoutMs, 0);
+  }
+}
+
+// The endpoint's address from its IP (either family) and port; 0 or -EINVAL.
+static int endpoint_addr(napi_env env, napi_value ip, napi_value port, struct sockaddr_storage* addr,
+                         socklen_t* len) {
+  char text[INET6_ADDRSTRLEN];
+  size_t n = 0;
+  if (napi_get_value_string_utf8(env, ip, text, sizeof text, &n) != napi_ok) return -EINVAL;
+  int32_t p = int_arg(env, port);
+  if (p <= 0 || p > 65535) return -EINVAL;
+  memset(addr, 0, sizeof *addr);
+  struct sockaddr_in* a4 = (struct sockaddr_in*)addr;
+  struct sockaddr_in6* a6 = (struct sockaddr_in6*)addr;
+  if (inet_pton(AF_INET, text, &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons((uint16_t)p);
+    *len = sizeof *a4;
+  } else if (inet_pton(AF_INET6, text, &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons((uint16_t)p);
+    *len = sizeof *a6;
+  } else
+    return -EINVAL;
+  return 0;
+}
+
+// A socket towards the endpoint, with Nagle off (net.connect's noDelay); the descriptor or -errno.
+static int endpoint_socket(int family) {
+  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+// setupDial(onConnect): the callback for every attempt's end; once per process (or again).
+static napi_value SetupDial(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1 || g_on_end == NULL) return int_result(env, -EINVAL);
+  if (g_on_connect != NULL) napi_delete_reference(env, g_on_connect);
+  napi_create_reference(env, argv[0], 1, &g_on_connect);
+  return int_result(env, 0);
+}
+
+// dial(clientFd, ip, port, owner, connectTimeoutMs, idleMs, halfCloseMs, stallMs, stallCheckMs): the
+// relay's slot (>= 0), connecting; or -errno when nothing was started (no socket, no dup: the caller
+// dials the way it did before). The client's descriptor is left to the caller (it closes it).
+static napi_value Dial(napi_env env, napi_callback_info info) {
+  size_t argc = 9;
+  napi_value argv[9];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 9 || g_on_end == NULL || g_on_connect == NULL) return int_result(env, -EINVAL);
+  int clientFd = int_arg(env, argv[0]);
+  if (clientFd < 0) return int_result(env, -EBADF);
+  struct sockaddr_storage addr;
+  socklen_t len;
+  int err = endpoint_addr(env, argv[1], argv[2], &addr, &len);
+  if (err != 0) return int_result(env, err);
+  int upstreamFd = endpoint_socket(addr.ss_family);
+  if (upstreamFd < 0) return int_result(env, upstreamFd);
+  int fd = fcntl(clientFd, F_DUPFD_CLOEXEC, 0);
+  relay_t* r = fd < 0 ? NULL : calloc(1, sizeof *r);
+  if (r == NULL) {
+    err = fd < 0 ? errno : ENOMEM;
+    if (fd >= 0) close(fd);
+    close(upstreamFd);
+    return int_result(env, -err);
+  }
+  r->slot = slot_take(r);
+  if (r->slot < 0) {
+    close(fd);
+    close(upstreamFd);
+    free(r);
+    return int_result(env, -ENOMEM);
+  }
+  r->sides[CLIENT].fd = fd;
+  r->sides[UPSTREAM].fd = upstreamFd;
+  napi_create_reference(env, argv[3], 1, &r->owner);
+  r->idleMs = (uint32_t)int_arg(env, argv[5]);
+  r->halfCloseMs = (uint32_t)int_arg(env, argv[6]);
+  r->stallMs = (uint32_t)int_arg(env, argv[7]);
+  r->stallCheckMs = (uint32_t)int_arg(env, argv[8]);
+  for (int i = 0; i < 2; i++) {
+    side_t* s = &r->sides[i];
+    s->relay = r;
+    s->side = i;
+    uv_poll_init_socket(g_loop, &s->poll, s->fd);
+    s->poll.data = r;
+  }
+  uv_timer_init(g_loop, &r->timer);
+  uv_unref((uv_handle_t*)&r->timer);
+  r->timer.data = r;
+  start_connect(r, &addr, len, (uint32_t)int_arg(env, argv[4]));
+  return int_result(env, r->slot);
+}
+
+// redial(slot, ip, port, connectTimeoutMs): the next attempt of a relay still connecting; 0, -ENOENT
+// (no such relay, or it is connected), -EINVAL. A socket that cannot be made is reported as onConnect.
+static napi_value Redial(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  relay_t* r = argc < 4 ? NULL : slot_get(int_arg(env, argv[0]));
+  if (r == NULL || !r->connecting || r->closing) return int_result(env, -ENOENT);
+  struct sockaddr_storage addr;
+  socklen_t len;
+  int err = endpoint_addr(env, argv[1], argv[2], &addr, &len);
+  if (err != 0) return int_result(env, err);
+  int fd = endpoint_socket(addr.ss_family);
+  if (fd < 0) {
+    fail_next_turn(r, -fd);
+    return int_result(env, 0);
+  }
+  // The new socket under the old one's number: the side's poll (stopped) watches it from now on.
+  int rc = dup3(fd, r->sides[UPSTREAM].fd, O_CLOEXEC);
+  err = errno;
+  close(fd);
+  if (rc < 0) fail_next_turn(r, err);
+  else start_connect(r, &addr, len, (uint32_t)int_arg(env, argv[3]));
+  return int_result(env, 0);
+}
+
+// localName(slot): [address, port] of the upstream socket (its connect() issued), or undefined.
+static napi_value LocalName(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1], out = NULL;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  relay_t* r = argc < 1 ? NULL : slot_get(int_arg(env, argv[0]));
+  struct sockaddr_storage addr;
+  socklen_t len = sizeof addr;
+  char text[INET6_ADDRSTRLEN];
+  if (r == NULL || getsockname(r->sides[UPSTREAM].fd, (struct sockaddr*)&addr, &len) != 0) {
+    napi_get_undefined(env, &out);
+    return out;
+  }
+  int port;
+  if (addr.ss_family == AF_INET6) {
+    struct sockaddr_in6* a6 = (struct sockaddr_in6*)&addr;
+    inet_ntop(AF_INET6, &a6->sin6_addr, text, sizeof text);
+    port = ntohs(a6->sin6_port);
+  } else {
+    struct sockaddr_in* a4 = (struct sockaddr_in*)&addr;
+    inet_ntop(AF_INET, &a4->sin_addr, text, sizeof text);
+    port = ntohs(a4->sin_port);
+  }
+  napi_value address, portValue;
+  napi_create_array_with_length(env, 2, &out);
+  napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &address);
+  napi_create_int32(env, port, &portValue);
+  napi_set_element(env, out, 0, address);
+  napi_set_element(env, out, 1, portValue);
+  return out;
+}
+
 // counts(slot, out): out[0] bytes read from the client, out[1] bytes written to it; 0, or -ENOENT.
 static napi_value Counts(napi_env env, napi_callback_info info) {
   size_t argc = 2;
@@ -573,6 +829,10 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"keepAlive", NULL, KeepAlive, NULL, NULL, NULL, napi_enumerable, NULL},
       {"held", NULL, Held, NULL, NULL, NULL, napi_enumerable, NULL},
       {"active", NULL, Active, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"setupDial", NULL, SetupDial, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"dial", NULL, Dial, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"redial", NULL, Redial, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"localName", NULL, LocalName, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

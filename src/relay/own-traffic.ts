@@ -61,8 +61,17 @@ export class OwnTraffic {
    * Returns the key to close it with ('' when it has no local port yet: nothing is registered).
    */
   tcpOpened(owner: PassOwner, socket: net.Socket, toAddress: string, toPort: number): string {
-    const port = socket.localPort ?? 0;
-    const address = socket.localAddress;
+    return this.tcpOpenedAt(owner, socket.localAddress, socket.localPort ?? 0, toAddress, toPort);
+  }
+
+  /** As tcpOpened, for an upstream socket known by its local address and port (dialled natively). */
+  tcpOpenedAt(
+    owner: PassOwner,
+    address: string | undefined,
+    port: number,
+    toAddress: string,
+    toPort: number,
+  ): string {
     if (port === 0 || address === undefined) return '';
     const key = keyOf(address, port);
     this.#tcp.set(key, { owner, toAddress, toPort });

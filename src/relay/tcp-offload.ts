@@ -8,8 +8,15 @@
 // the FIN with the last bytes, and the idle, half-close and stall timeouts; JavaScript hears of the
 // connection once, when it ends. Without the addon (or with KUP_TCP_OFFLOAD=off) the relay stays in
 // JavaScript, as before.
+//
+// A connection that will be handed over at connect anyway (no sniffer, no PROXY protocol header) is also
+// dialled by the addon (dial(), TcpDialCalls): socket, connect and its outcome in C, the relay from the
+// first byte, instead of a net.Socket and its libuv handle built only to be thrown away at connect.
+// JavaScript still picks every endpoint and decides every retry: it hears of each attempt once.
+// KUP_TCP_DIAL=off dials with net.connect (then hands over, as before).
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { getSystemErrorName } from 'node:util';
 import type { CloseReason } from './close-reason.ts';
 
 /** native/tcp_relay.c. Slots are small integers, reused once a relay has ended. */
@@ -38,6 +45,49 @@ export interface TcpRelayCalls {
   held(slot: number): number;
   /** Relays running. */
   active(): number;
+}
+
+/** native/tcp_relay.c's dialling; absent from a build that predates it. */
+export interface TcpDialCalls {
+  /** The function every attempt's end calls: (owner, status: 0 connected, -errno, CONNECT_TIMEOUT). */
+  setupDial(onConnect: (this: object, owner: object, status: number) => void): number;
+  /**
+   * Takes the client over (dups its descriptor) and connects to ip:port; the relay's slot (it relays
+   * once connected), or -errno when nothing was started (no socket or no dup could be had).
+   */
+  dial(
+    clientFd: number,
+    ip: string,
+    port: number,
+    owner: object,
+    connectTimeoutMs: number,
+    idleMs: number,
+    halfCloseMs: number,
+    stallMs: number,
+    stallCheckMs: number,
+  ): number;
+  /** The next attempt of a slot whose last one failed; 0, -ENOENT or -EINVAL. */
+  redial(slot: number, ip: string, port: number, connectTimeoutMs: number): number;
+  /** The local address and port of the slot's upstream socket (bound once connect() is issued). */
+  localName(slot: number): [string, number] | undefined;
+}
+
+/** onConnect's status for an attempt that timed out (native/tcp_relay.c's CONNECT_TIMEOUT). */
+export const CONNECT_TIMEOUT = 1;
+
+/** The error a failed native attempt stands for: the one net.connect would have given. */
+export function connectError(status: number, ip: string, port: number): NodeJS.ErrnoException {
+  if (status === CONNECT_TIMEOUT) {
+    const err: NodeJS.ErrnoException = new Error('connect timeout');
+    err.code = 'KUP_CONNECT_TIMEOUT';
+    return err;
+  }
+  const code = getSystemErrorName(status);
+  const err: NodeJS.ErrnoException = new Error(`connect ${code} ${ip}:${port}`);
+  err.code = code;
+  err.errno = status;
+  err.syscall = 'connect';
+  return err;
 }
 
 export type TcpOffloadSupport =
@@ -91,25 +141,45 @@ export function processTcpOffload(): TcpOffloadSupport {
   return processSupport;
 }
 
-/** What a relay tells its owner when it ends by itself. */
+/** What a relay tells its owner when it ends by itself, and (dialled by the addon) when an attempt ends. */
 export interface OffloadOwner {
   relayEnded(reason: CloseReason, fromClient: number, toClient: number): void;
+  attemptEnded(status: number): void;
 }
 
 function onEnd(owner: object, code: number, fromClient: number, toClient: number): void {
   (owner as OffloadOwner).relayEnded(closeReasonOf(code), fromClient, toClient);
 }
 
+function onConnect(owner: object, status: number): void {
+  (owner as OffloadOwner).attemptEnded(status);
+}
+
+/** The addon's dialling, when it has it and KUP_TCP_DIAL is not off. */
+function dialCalls(calls: TcpRelayCalls, env: NodeJS.ProcessEnv): TcpDialCalls | undefined {
+  if (env.KUP_TCP_DIAL === 'off') return undefined;
+  const dial = calls as TcpRelayCalls & Partial<TcpDialCalls>;
+  for (const name of ['setupDial', 'dial', 'redial', 'localName'] as const)
+    if (typeof dial[name] !== 'function') return undefined;
+  return dial as TcpDialCalls;
+}
+
 /** The addon with its one callback registered; shared by every listener of the process. */
 export class TcpOffload {
   readonly calls: TcpRelayCalls;
-  /** Hand-overs so far (a test and /metrics-free debugging look at it). */
+  /** Dialling in the addon; undefined without it (an older build, or KUP_TCP_DIAL=off). */
+  readonly dial: TcpDialCalls | undefined;
+  /** Hand-overs so far, dialled ones included (a test and /metrics-free debugging look at it). */
   started = 0;
+  /** Connections dialled by the addon so far. */
+  dialled = 0;
   readonly #counts = new Float64Array(2);
 
-  constructor(calls: TcpRelayCalls) {
+  constructor(calls: TcpRelayCalls, env: NodeJS.ProcessEnv = process.env) {
     this.calls = calls;
     calls.setup(onEnd);
+    this.dial = dialCalls(calls, env);
+    this.dial?.setupDial(onConnect);
   }
 
   /** Bytes from the client and to it since the hand-over (both 0 once it ended). */

@@ -31,7 +31,13 @@ import type { ProxyProtocolSettings, ServicePortContext } from './service-contex
 import { countPick, countRejected } from './service-context.ts';
 import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
 import { endFollows, finNow, processTcpFin, socketFd, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
-import { type OffloadOwner, processTcpRelay, type TcpOffload } from './tcp-offload.ts';
+import {
+  connectError,
+  type OffloadOwner,
+  processTcpRelay,
+  type TcpDialCalls,
+  type TcpOffload,
+} from './tcp-offload.ts';
 
 /** Creates the socket to an endpoint; injected so tests can make an endpoint hang or refuse. */
 export type Connector = (options: net.TcpNetConnectOpts) => net.Socket;
@@ -100,6 +106,11 @@ export type TcpRelayDeps = {
    * (tcp-offload.ts); default: the process's when the addon is built. null: the relay stays in JavaScript.
    */
   tcpOffload?: TcpOffload | null;
+  /**
+   * Dials in the native relay (tcp-offload.ts's dial) the connections it would take over at connect
+   * anyway; default: when the offload has it and no `connect` is injected. false: net.connect always.
+   */
+  tcpDial?: boolean;
 };
 
 /** How often a listener may log that its connection cap (or a loop) turned connections away. */
@@ -173,6 +184,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
   /** Bytes from and to the client before the hand-over; all of them once the native relay ended. */
   baseFromClient = 0;
   baseToClient = 0;
+  /** Dialled by the native relay: it would be handed over at connect anyway (no sniffer, no header). */
+  nativeDial: boolean;
 
   constructor(listener: TcpListener, client: net.Socket, now: number) {
     this.listener = listener;
@@ -185,6 +198,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     this.clientPort = client.remotePort ?? 0;
     this.startMs = now;
     this.proxyProtocol = listener.context.proxyProtocol;
+    this.nativeDial =
+      listener.dial !== undefined && !this.observer.wantsData && this.proxyProtocol === undefined;
   }
 
   get service() {
@@ -250,12 +265,13 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       } else {
         stats.connectFailed++;
         this.finish('connect-failed');
-        this.client.destroy();
+        this.#dropClient();
       }
       return;
     }
     countPick(stats, endpoint.key);
     this.endpoint = endpoint;
+    if (this.nativeDial && this.#dialNatively(endpoint)) return;
     const options = this.listener.options;
     const upstream = this.listener.connect({
       host: endpoint.ip,
@@ -276,6 +292,90 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     if (this.tracked) process.nextTick(registerUpstream, this, upstream);
   }
 
+  /**
+   * Has the native relay connect to `endpoint` (tcp-offload.ts): the client's descriptor goes to it at
+   * the first attempt (its socket is destroyed), later attempts reuse the slot. False when the addon
+   * could start nothing (no descriptor for a dup or a socket): net.connect then, as before.
+   */
+  #dialNatively(endpoint: Endpoint): boolean {
+    const listener = this.listener;
+    const dial = listener.dial!;
+    const options = listener.options;
+    const timeoutMs = options.connectTimeoutsMs[this.attempt] ?? 1000;
+    if (this.relay >= 0) {
+      const err = dial.redial(this.relay, endpoint.ip, endpoint.port, timeoutMs);
+      // Only a bad address fails here (a socket that cannot be made is told as the attempt's end).
+      if (err < 0) {
+        this.attemptEnded(err);
+        return true;
+      }
+    } else {
+      const client = this.clientSocket!;
+      const fd = socketFd(client);
+      const slot =
+        fd < 0
+          ? -1
+          : dial.dial(
+              fd,
+              endpoint.ip,
+              endpoint.port,
+              this,
+              timeoutMs,
+              options.idleTimeoutMs,
+              options.halfCloseTimeoutMs,
+              options.stallTimeoutMs,
+              stallSweepMs(options.stallTimeoutMs),
+            );
+      if (slot < 0) {
+        this.nativeDial = false;
+        return false;
+      }
+      const offload = listener.offload!;
+      offload.started++;
+      offload.dialled++;
+      this.relay = slot;
+      (client as ConnSocket)[kConn] = undefined;
+      client.destroy();
+      this.clientSocket = undefined;
+    }
+    this.upstreamClosed = false;
+    // connect() is issued: the local port is bound before the loop polls again and could accept it back.
+    if (this.tracked) {
+      const name = dial.localName(this.relay);
+      if (name !== undefined)
+        this.ownKey = listener.ownTraffic.tcpOpenedAt(this, name[0], name[1], endpoint.ip, endpoint.port);
+    }
+    return true;
+  }
+
+  /** The native relay's attempt ended: 0 connected (it relays from now on), or how it failed. */
+  attemptEnded(status: number): void {
+    if (this.state !== OPEN_CONNECTING) return;
+    const endpoint = this.endpoint!;
+    if (status !== 0) {
+      this.connectFailed(connectError(status, endpoint.ip, endpoint.port));
+      return;
+    }
+    this.state = OPEN;
+    this.balancer.reportSuccess(endpoint);
+    this.listener.fdPressure.relieved();
+    const observer = this.observer;
+    try {
+      observer.opened(this);
+    } catch (err) {
+      this.observer = noopObserver;
+      observerFailed(this.context, observer, this.listener.log, err, 'opened');
+    }
+  }
+
+  /** Closes the client of a connection that reached no endpoint. */
+  #dropClient(): void {
+    if (this.relay >= 0) {
+      this.listener.offload!.calls.abort(this.relay, 0);
+      this.#relayDone(0, 0);
+    } else this.client.destroy();
+  }
+
   /** Drops the upstream socket's registration, if any. */
   forgetUpstream(): void {
     if (this.ownKey === '') return;
@@ -290,20 +390,23 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
 
   /** A connect attempt failed: remember why, reset the client's affinity and try the next endpoint. */
   connectFailed(err: NodeJS.ErrnoException): void {
-    const upstream = this.upstream!;
     const endpoint = this.endpoint!;
     const reason = endpointFailed(this, endpoint, err, this.listener, 'connect', this.listener.now());
     this.forgetUpstream();
-    upstream[kConn] = undefined;
-    upstream.destroy();
-    this.upstream = undefined;
+    // None when the native relay dialled (its failed socket goes with the next attempt or the client).
+    const upstream = this.upstream;
+    if (upstream !== undefined) {
+      upstream[kConn] = undefined;
+      upstream.destroy();
+      this.upstream = undefined;
+    }
     this.upstreamClosed = true;
     this.endpoint = undefined;
     if (reason === 'fd-exhausted') {
       // No other endpoint would do better; closing the client gives its descriptor back at once.
       this.context.stats.connectFailed++;
       this.finish('connect-failed');
-      this.client.destroy();
+      this.#dropClient();
       return;
     }
     const log = this.listener.log;
@@ -323,7 +426,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
         'Failed to connect to an endpoint',
       );
       this.finish('connect-failed');
-      this.client.destroy();
+      this.#dropClient();
     }
   }
 
@@ -812,6 +915,8 @@ export class TcpListener implements KeepAliveSource, Sweepable {
   readonly ownTraffic: OwnTraffic;
   readonly tcpFin: TcpFinCalls | undefined;
   readonly offload: TcpOffload | undefined;
+  /** The native relay's dialling, when connections may use it (TcpRelayDeps.tcpDial). */
+  readonly dial: TcpDialCalls | undefined;
   /** Its open connections (a set of its own from the first accepted on; read only, outside). */
   connections: Set<TcpConnection> = NO_CONNECTIONS;
   /** Waiters for the last connection to end (drained()); undefined while nobody waits. */
@@ -873,6 +978,7 @@ export class TcpListener implements KeepAliveSource, Sweepable {
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
     this.tcpFin = deps.tcpFin === null ? undefined : (deps.tcpFin ?? processTcpFin().calls);
     this.offload = deps.tcpOffload === null ? undefined : (deps.tcpOffload ?? processTcpRelay() ?? undefined);
+    this.dial = deps.tcpDial === false || deps.connect !== undefined ? undefined : this.offload?.dial;
     this.#sweeper = deps.sweeper ?? processSweeper;
     (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);
     this.server = new ListenerServer(this, TcpListener.#accept);
