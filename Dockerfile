@@ -6,6 +6,7 @@
 FROM node:24-trixie-slim AS build
 # A C compiler for native/*.c: tcp_fin.c (the endpoint's FIN with its last bytes, src/relay/tcp-fin.ts),
 # tcp_relay.c (established connections relayed in C on Node's loop, src/relay/tcp-offload.ts),
+# tcp_listen.c (service ports' listening sockets, accept4 on Node's loop, src/relay/tcp-accept.ts),
 # udp_fast.c (established UDP sessions relayed without JavaScript, src/relay/udp-fast.ts),
 # malloc_trim.c (malloc's free pages back after the cold start, src/lib/malloc-trim.ts).
 RUN apt-get update \

@@ -640,13 +640,15 @@ static napi_value SetupDial(napi_env env, napi_callback_info info) {
   return int_result(env, 0);
 }
 
-// dial(clientFd, ip, port, owner, connectTimeoutMs, idleMs, halfCloseMs, stallMs, stallCheckMs): the
-// relay's slot (>= 0), connecting; or -errno when nothing was started (no socket, no dup: the caller
-// dials the way it did before). The client's descriptor is left to the caller (it closes it).
+// dial(clientFd, ip, port, owner, connectTimeoutMs, idleMs, halfCloseMs, stallMs, stallCheckMs, take):
+// the relay's slot (>= 0), connecting; or -errno when nothing was started (no socket, no dup: the caller
+// dials the way it did before). The client's descriptor is left to the caller (it closes it), unless
+// `take` is 1 (a descriptor of no socket's, from the native listener): then it is the relay's, no dup.
 static napi_value Dial(napi_env env, napi_callback_info info) {
-  size_t argc = 9;
-  napi_value argv[9];
+  size_t argc = 10;
+  napi_value argv[10];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  int take = argc >= 10 && int_arg(env, argv[9]) == 1;
   if (argc < 9 || g_on_end == NULL || g_on_connect == NULL) return int_result(env, -EINVAL);
   int clientFd = int_arg(env, argv[0]);
   if (clientFd < 0) return int_result(env, -EBADF);
@@ -656,17 +658,17 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
   if (err != 0) return int_result(env, err);
   int upstreamFd = endpoint_socket(addr.ss_family);
   if (upstreamFd < 0) return int_result(env, upstreamFd);
-  int fd = fcntl(clientFd, F_DUPFD_CLOEXEC, 0);
+  int fd = take ? clientFd : fcntl(clientFd, F_DUPFD_CLOEXEC, 0);
   relay_t* r = fd < 0 ? NULL : calloc(1, sizeof *r);
   if (r == NULL) {
     err = fd < 0 ? errno : ENOMEM;
-    if (fd >= 0) close(fd);
+    if (fd >= 0 && !take) close(fd);
     close(upstreamFd);
     return int_result(env, -err);
   }
   r->slot = slot_take(r);
   if (r->slot < 0) {
-    close(fd);
+    if (!take) close(fd);
     close(upstreamFd);
     free(r);
     return int_result(env, -ENOMEM);

@@ -31,6 +31,7 @@ import { resolveStateFile, StateFile } from './proxier/state-file.ts';
 import { lockStateFile, type StateFileLock } from './proxier/state-file-lock.ts';
 import { SyncLoop } from './proxier/sync-loop.ts';
 import type { ServicePortStats } from './relay/service-context.ts';
+import { processTcpAcceptSupport } from './relay/tcp-accept.ts';
 import { processTcpFin } from './relay/tcp-fin.ts';
 import { processTcpOffload } from './relay/tcp-offload.ts';
 import { processUdpFast } from './relay/udp-fast.ts';
@@ -393,6 +394,12 @@ export class ProxyServer {
       this.log.warn(
         { reason: tcpOffload.error },
         'TCP bytes are relayed through Node streams (more CPU per request and memory per connection)',
+      );
+    const tcpAccept = processTcpAcceptSupport();
+    if (tcpAccept.error !== undefined)
+      this.log.warn(
+        { reason: tcpAccept.error },
+        'TCP service ports listen with net.Server (more CPU per new connection and memory per service port)',
       );
     const mallocTrim = processMallocTrim();
     if (mallocTrim.error !== undefined)

@@ -65,6 +65,8 @@ export interface TcpDialCalls {
     halfCloseMs: number,
     stallMs: number,
     stallCheckMs: number,
+    /** 1: the descriptor is the relay's as it is (the native listener's), no dup. */
+    take?: number,
   ): number;
   /** The next attempt of a slot whose last one failed; 0, -ENOENT or -EINVAL. */
   redial(slot: number, ip: string, port: number, connectTimeoutMs: number): number;

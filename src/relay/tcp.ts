@@ -1,7 +1,7 @@
 // TCP data path: accept on a service port's proxy port, pick an endpoint, connect with per-attempt
 // timeouts (never holding up other accepts), then relay both ways with backpressure and half-close.
 // Handlers are shared functions bound through a symbol on the socket: no closures per connection.
-import net from 'node:net';
+import net, { isIP } from 'node:net';
 import { constants } from 'node:os';
 import type { Logger } from '../lib/log.ts';
 import type { Balancer } from '../loadbalancer/balancer.ts';
@@ -30,6 +30,7 @@ import { proxyProtocolHeader } from './proxy-protocol.ts';
 import type { ProxyProtocolSettings, ServicePortContext } from './service-context.ts';
 import { countPick, countRejected } from './service-context.ts';
 import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
+import { type AcceptOwner, processTcpAccept, systemError, type TcpAccept } from './tcp-accept.ts';
 import { endFollows, finNow, processTcpFin, socketFd, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
 import {
   connectError,
@@ -111,6 +112,11 @@ export type TcpRelayDeps = {
    * anyway; default: when the offload has it and no `connect` is injected. false: net.connect always.
    */
   tcpDial?: boolean;
+  /**
+   * The native listening socket (tcp-accept.ts); default: the process's when the addon is built. null: a
+   * net.Server, as before.
+   */
+  tcpAccept?: TcpAccept | null;
 };
 
 /** How often a listener may log that its connection cap (or a loop) turned connections away. */
@@ -144,6 +150,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
   readonly balancer: Balancer;
   /** undefined once the native relay took the connection over (its sockets are destroyed then). */
   clientSocket: ConnSocket | undefined;
+  /** The client's descriptor from the native listener, until a relay or a net.Socket has it; -1 then. */
+  clientFd: number;
   readonly clientAddress: string;
   readonly clientPort: number;
   readonly startMs: number;
@@ -187,15 +195,24 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
   /** Dialled by the native relay: it would be handed over at connect anyway (no sniffer, no header). */
   nativeDial: boolean;
 
-  constructor(listener: TcpListener, client: net.Socket, now: number) {
+  /** The client is a net.Socket (a net.Server's) or a descriptor (the native listener's). */
+  constructor(
+    listener: TcpListener,
+    client: net.Socket | undefined,
+    clientFd: number,
+    clientAddress: string,
+    clientPort: number,
+    now: number,
+  ) {
     this.listener = listener;
     this.context = listener.context;
     // Fixed for the connection's life: a tracing change of the service port applies to new connections.
     this.observer = listener.context.observer;
     this.clientSocket = client;
-    this.clientAddress = normalizeAddress(client.remoteAddress);
-    this.balancer = listener.context.balancers[clientFamily(this.clientAddress)];
-    this.clientPort = client.remotePort ?? 0;
+    this.clientFd = clientFd;
+    this.clientAddress = clientAddress;
+    this.balancer = listener.context.balancers[clientFamily(clientAddress)];
+    this.clientPort = clientPort;
     this.startMs = now;
     this.proxyProtocol = listener.context.proxyProtocol;
     this.nativeDial =
@@ -261,7 +278,10 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
         this.finish('no-endpoints');
         // The nearest a listener gets to kube-proxy's REJECT (connection refused): an RST, so the
         // client sees ECONNRESET at once instead of a clean, empty response.
-        this.client.resetAndDestroy();
+        if (this.clientFd >= 0) {
+          this.listener.accept!.calls.closeFd(this.clientFd, 1);
+          this.clientFd = -1;
+        } else this.client.resetAndDestroy();
       } else {
         stats.connectFailed++;
         this.finish('connect-failed');
@@ -310,8 +330,10 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
         return true;
       }
     } else {
-      const client = this.clientSocket!;
-      const fd = socketFd(client);
+      const client = this.clientSocket;
+      // The native listener's descriptor goes to the relay as it is; a socket's is dup()ed.
+      const take = client === undefined;
+      const fd = take ? this.clientFd : socketFd(client);
       const slot =
         fd < 0
           ? -1
@@ -325,18 +347,23 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
               options.halfCloseTimeoutMs,
               options.stallTimeoutMs,
               stallSweepMs(options.stallTimeoutMs),
+              take ? 1 : 0,
             );
       if (slot < 0) {
         this.nativeDial = false;
+        if (take) this.wrapClient();
         return false;
       }
       const offload = listener.offload!;
       offload.started++;
       offload.dialled++;
       this.relay = slot;
-      (client as ConnSocket)[kConn] = undefined;
-      client.destroy();
-      this.clientSocket = undefined;
+      if (take) this.clientFd = -1;
+      else {
+        (client as ConnSocket)[kConn] = undefined;
+        client.destroy();
+        this.clientSocket = undefined;
+      }
     }
     this.upstreamClosed = false;
     // connect() is issued: the local port is bound before the loop polls again and could accept it back.
@@ -368,11 +395,34 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     }
   }
 
+  /**
+   * The native listener's descriptor as a net.Socket, paused (as a net.Server's with pauseOnConnect),
+   * for the JavaScript relay.
+   */
+  wrapClient(): ConnSocket {
+    const socket = new net.Socket({
+      fd: this.clientFd,
+      readable: true,
+      writable: true,
+      allowHalfOpen: true,
+      pauseOnCreate: true,
+    } as net.SocketConstructorOpts) as ConnSocket;
+    this.clientFd = -1;
+    socket[kConn] = this;
+    socket.on('error', onClientError);
+    socket.on('close', onClientClose);
+    this.clientSocket = socket;
+    return socket;
+  }
+
   /** Closes the client of a connection that reached no endpoint. */
   #dropClient(): void {
     if (this.relay >= 0) {
       this.listener.offload!.calls.abort(this.relay, 0);
       this.#relayDone(0, 0);
+    } else if (this.clientFd >= 0) {
+      this.listener.accept!.calls.closeFd(this.clientFd, 0);
+      this.clientFd = -1;
     } else this.client.destroy();
   }
 
@@ -904,8 +954,13 @@ class ListenerServer extends net.Server {
 const NO_CONNECTIONS: Set<TcpConnection> = new Set();
 
 /** A listening TCP socket for one service port. */
-export class TcpListener implements KeepAliveSource, Sweepable {
-  readonly server: net.Server;
+export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
+  /** The net.Server, when the native listener (tcp-accept.ts) is not the one listening. */
+  server: net.Server | undefined;
+  /** The native listening (tcp-accept.ts); undefined: a net.Server listens. */
+  readonly accept: TcpAccept | undefined;
+  /** The native listener while it listens. */
+  #native: object | undefined;
   readonly options: TcpRelayOptions;
   readonly log: Logger;
   readonly connect: Connector;
@@ -979,12 +1034,20 @@ export class TcpListener implements KeepAliveSource, Sweepable {
     this.tcpFin = deps.tcpFin === null ? undefined : (deps.tcpFin ?? processTcpFin().calls);
     this.offload = deps.tcpOffload === null ? undefined : (deps.tcpOffload ?? processTcpRelay() ?? undefined);
     this.dial = deps.tcpDial === false || deps.connect !== undefined ? undefined : this.offload?.dial;
+    this.accept = deps.tcpAccept === null ? undefined : (deps.tcpAccept ?? processTcpAccept() ?? undefined);
     this.#sweeper = deps.sweeper ?? processSweeper;
     (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);
-    this.server = new ListenerServer(this, TcpListener.#accept);
+  }
+
+  /** The net.Server, made on first use. */
+  #server(): net.Server {
+    if (this.server !== undefined) return this.server;
+    const server = new ListenerServer(this, TcpListener.#accept);
     // Permanent: adding and removing listeners turns the server's event table into a dictionary.
-    this.server.on('listening', TcpListener.#onListening);
-    this.server.on('error', TcpListener.#onError);
+    server.on('listening', TcpListener.#onListening);
+    server.on('error', TcpListener.#onError);
+    this.server = server;
+    return server;
   }
 
   get port(): number {
@@ -1005,11 +1068,14 @@ export class TcpListener implements KeepAliveSource, Sweepable {
    * listener that does not also answer IPv4 (the NodePort of an IPv6-only Service).
    */
   listen(host: string, port: number, ipv6Only = false): Promise<void> {
+    this.#requestedPort = port;
+    // What the native listener cannot take (a host name, a bad port) goes to net.Server, which says why.
+    if (this.accept !== undefined && isIP(host) !== 0 && Number.isInteger(port) && port >= 0 && port <= 65535)
+      return this.#listenNatively(this.accept, host, port, ipv6Only);
     const binding = Promise.withResolvers<void>();
     this.#binding = binding;
-    this.#requestedPort = port;
     try {
-      this.server.listen({
+      this.#server().listen({
         host,
         port,
         backlog: this.options.backlog,
@@ -1023,6 +1089,64 @@ export class TcpListener implements KeepAliveSource, Sweepable {
       binding.reject(err);
     }
     return binding.promise;
+  }
+
+  #listenNatively(accept: TcpAccept, host: string, port: number, ipv6Only: boolean): Promise<void> {
+    const o = this.options;
+    const listener = accept.calls.listen(
+      this,
+      host,
+      port,
+      o.backlog,
+      ipv6Only ? 1 : 0,
+      o.reusePort === true ? 1 : 0,
+    );
+    if (typeof listener === 'number') return Promise.reject(systemError(listener, 'listen', host, port));
+    this.#native = listener;
+    this.#port = port !== 0 ? port : accept.calls.port(listener);
+    return Promise.resolve();
+  }
+
+  /** The native listener's connection (AcceptOwner): as #onConnection, with the descriptor. */
+  accepted(fd: number, address: string, port: number): void {
+    if (this.#closed) {
+      this.accept!.calls.closeFd(fd, 0);
+      return;
+    }
+    const now = this.now();
+    const max = this.options.maxConnections;
+    if (max > 0 && this.context.stats.active >= max) {
+      this.#reject(fd, 'limit', now);
+      return;
+    }
+    if (this.fdPressure.shedding(now)) {
+      this.#reject(fd, 'fd-exhausted', now);
+      return;
+    }
+    const conn = new TcpConnection(this, undefined, fd, normalizeAddress(address), port, now);
+    if (this.ownTraffic.isLocal(conn.clientAddress)) {
+      const local = this.accept!.calls.localName(fd);
+      if (this.#looped(conn, normalizeAddress(local?.[0]), local?.[1] ?? 0)) {
+        this.#refuseLoop(fd, conn, now);
+        return;
+      }
+    }
+    // The JavaScript relay's connections get their net.Socket now.
+    if (!conn.nativeDial) conn.wrapClient();
+    this.#admit(conn);
+  }
+
+  /** accept() failed in the native listener (AcceptOwner): as a net.Server's error after listening. */
+  acceptFailed(err: NodeJS.ErrnoException): void {
+    if (isFdExhausted(err)) this.fdPressure.exhausted('accept', this.now(), err);
+    else this.log.error({ err, service: this.context.name }, 'Listener error');
+  }
+
+  /** A local client: whether it is one of our own upstream sockets come back MAX_PASSES times. */
+  #looped(conn: TcpConnection, localAddress: string, localPort: number): boolean {
+    conn.tracked = true;
+    conn.passes = this.ownTraffic.tcpPasses(conn.clientAddress, conn.clientPort, localAddress, localPort);
+    return conn.passes >= MAX_PASSES;
   }
 
   #onConnection(socket: net.Socket): void {
@@ -1041,24 +1165,30 @@ export class TcpListener implements KeepAliveSource, Sweepable {
       this.#reject(socket, 'fd-exhausted', now);
       return;
     }
-    const conn = new TcpConnection(this, socket, now);
+    const conn = new TcpConnection(
+      this,
+      socket,
+      -1,
+      normalizeAddress(socket.remoteAddress),
+      socket.remotePort ?? 0,
+      now,
+    );
     // Only a client on this host can be one of our own upstream sockets come back (a forwarding loop).
-    if (this.ownTraffic.isLocal(conn.clientAddress)) {
-      conn.tracked = true;
-      conn.passes = this.ownTraffic.tcpPasses(
-        conn.clientAddress,
-        conn.clientPort,
-        normalizeAddress(socket.localAddress),
-        socket.localPort ?? 0,
-      );
-      if (conn.passes >= MAX_PASSES) {
-        this.#refuseLoop(socket, conn, now);
-        return;
-      }
+    if (
+      this.ownTraffic.isLocal(conn.clientAddress) &&
+      this.#looped(conn, normalizeAddress(socket.localAddress), socket.localPort ?? 0)
+    ) {
+      this.#refuseLoop(socket, conn, now);
+      return;
     }
     (socket as ConnSocket)[kConn] = conn;
     socket.on('error', onClientError);
     socket.on('close', onClientClose);
+    this.#admit(conn);
+  }
+
+  /** Counts a connection in and dials. */
+  #admit(conn: TcpConnection): void {
     if (this.connections === NO_CONNECTIONS) this.connections = new Set();
     this.connections.add(conn);
     conn.context.stats.accepted++;
@@ -1069,9 +1199,12 @@ export class TcpListener implements KeepAliveSource, Sweepable {
   }
 
   /** Closes a connection at once without dialling; counted, and logged at most once per interval. */
-  #reject(socket: net.Socket, reason: 'limit' | 'fd-exhausted', now: number): void {
-    socket.on('error', () => {});
-    socket.destroy();
+  #reject(socket: net.Socket | number, reason: 'limit' | 'fd-exhausted', now: number): void {
+    if (typeof socket === 'number') this.accept!.calls.closeFd(socket, 0);
+    else {
+      socket.on('error', () => {});
+      socket.destroy();
+    }
     countRejected(this.context.stats, reason);
     if (reason === 'limit' && now - this.#limitLoggedMs >= LIMIT_LOG_INTERVAL_MS) {
       this.#limitLoggedMs = now;
@@ -1086,9 +1219,12 @@ export class TcpListener implements KeepAliveSource, Sweepable {
    * A connection that passed through us MAX_PASSES times already: reset (the RST runs back along the
    * loop and tears down every pass), counted as `loop`, logged at most once per interval.
    */
-  #refuseLoop(socket: net.Socket, conn: TcpConnection, now: number): void {
-    socket.on('error', () => {});
-    socket.resetAndDestroy();
+  #refuseLoop(socket: net.Socket | number, conn: TcpConnection, now: number): void {
+    if (typeof socket === 'number') this.accept!.calls.closeFd(socket, 1);
+    else {
+      socket.on('error', () => {});
+      socket.resetAndDestroy();
+    }
     countRejected(this.context.stats, 'loop');
     if (now - this.#loopLoggedMs >= LIMIT_LOG_INTERVAL_MS) {
       this.#loopLoggedMs = now;
@@ -1123,8 +1259,16 @@ export class TcpListener implements KeepAliveSource, Sweepable {
     if (this.#closed) return Promise.resolve();
     this.#closed = true;
     // The listening socket closes now; server.close()'s callback would also wait for every connection.
-    this.server.close();
+    this.#stopListening();
     return Promise.resolve();
+  }
+
+  #stopListening(): void {
+    if (this.#native !== undefined) {
+      this.accept!.calls.close(this.#native);
+      this.#native = undefined;
+    }
+    this.server?.close();
   }
 
   /** Resolves once no connection is left (after close(): when the last established one has ended). */
@@ -1144,7 +1288,7 @@ export class TcpListener implements KeepAliveSource, Sweepable {
   /** Stops accepting and tears down every connection now. */
   destroy(reason: CloseReason = 'shutdown'): void {
     this.#closed = true;
-    this.server.close();
+    this.#stopListening();
     for (const conn of this.connections) conn.abort(reason);
   }
 }

@@ -23,7 +23,14 @@ async function listenWeakly(l: { listen(host: string, port: number): Promise<voi
 test('TCP: every listener has the same handlers, its settled listen() is let go, a failed bind rejects', async (t) => {
   const keepAlive = new KeepAliveSweeper();
   const listeners = [0, 1, 2].map(
-    () => new TcpListener(makeContext([]), DEFAULT_TCP_OPTIONS, { log, keepAlive, tcpFin: null }),
+    // The net.Server's (tcpAccept: null; the native listener has no handlers: tcp-accept.test.ts).
+    () =>
+      new TcpListener(makeContext([]), DEFAULT_TCP_OPTIONS, {
+        log,
+        keepAlive,
+        tcpFin: null,
+        tcpAccept: null,
+      }),
   );
   t.after(() => {
     for (const l of listeners) l.destroy();
@@ -31,14 +38,14 @@ test('TCP: every listener has the same handlers, its settled listen() is let go,
   const [a, b, c] = listeners as [TcpListener, TcpListener, TcpListener];
   const settled = await listenWeakly(a);
   await b.listen('127.0.0.1', 0);
-  assert.ok(a.port > 0 && b.port > 0);
+  assert.ok(a.port > 0 && b.port > 0 && a.server !== undefined && b.server !== undefined);
   for (const event of EVENTS) {
     assert.equal(a.server.listenerCount(event), 1, event);
     assert.equal(a.server.listeners(event)[0], b.server.listeners(event)[0], `one shared ${event} handler`);
   }
   await assert.rejects(c.listen('127.0.0.1', a.port), { code: 'EADDRINUSE' });
   // After a failed bind, an error is logged, not thrown (no listener would make it an uncaught one).
-  c.server.emit('error', Object.assign(new Error('late'), { code: 'EPROTO' }));
+  c.server?.emit('error', Object.assign(new Error('late'), { code: 'EPROTO' }));
   await collectGarbage();
   assert.equal(settled.deref(), undefined, "nothing keeps listen()'s promise once it resolved");
 });
