@@ -12,6 +12,13 @@
 // given to setup() gets (owner, reason, bytes from the client, bytes to the client); abort() ends one
 // without the callback.
 //
+// The tap: a traced connection is handed over at connect while its sniffer still wants bytes. While a
+// side's tap is on (tap()), each chunk read from it is first written on (the write never waits for
+// JavaScript; with the FIN too when it is the last) and then handed to the callback given to setupTap()
+// as (owner, side, length): the bytes are the first `length` of the Buffer setupTap() returned, the read
+// buffer, valid only during the call (src/trace/sniff/types.ts: a sniffer keeps no chunk). It returns
+// whether the connection still wants bytes; once it says no, both taps are off for good.
+//
 // Node-API for everything JavaScript sees; libuv (uv.h from the same headers) only for the loop.
 #define _GNU_SOURCE  // dup3
 #include <arpa/inet.h>
@@ -58,6 +65,7 @@ typedef struct {
   int eof;        // read to its end of stream
   int rdhup;      // its FIN has arrived (not necessarily read yet)
   int shut;       // our FIN sent to it
+  int tap;        // what is read from it goes to JavaScript too (setupTap's callback)
   char* pending;  // bytes for this side that its kernel did not take yet
   size_t pendingLen;
   size_t pendingOff;
@@ -88,7 +96,10 @@ static napi_ref g_on_end;
 static napi_ref g_on_connect;
 static napi_async_context g_async;
 static uv_loop_t* g_loop;
-static char g_buf[READ_SIZE];
+static napi_ref g_on_tap;
+static napi_ref g_tap_buf;  // the Buffer whose memory g_buf is, once setupTap() made it
+static char g_static_buf[READ_SIZE];
+static char* g_buf = g_static_buf;
 static relay_t** g_slots;
 static int32_t g_slot_count;
 static int32_t g_free_head = -1;  // free slots are chained through g_next_free
@@ -97,6 +108,7 @@ static int32_t g_active;
 
 static void relay_end(relay_t* r, int notify);
 static void update(relay_t* r);
+static int tap_chunk(relay_t* r, side_t* from, ssize_t n);
 
 static int32_t slot_take(relay_t* r) {
   if (g_free_head < 0) {
@@ -184,7 +196,30 @@ static int pass_fin(relay_t* r, side_t* from) {
   return 0;
 }
 
-// Reads what `from` has and writes it on; -1 after the relay ended.
+// Hands the chunk just read from `from` (the first n bytes of g_buf) to JavaScript; -1 when the relay
+// ended meanwhile (JavaScript may abort it).
+static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
+  napi_env env = g_env;
+  napi_handle_scope scope;
+  napi_open_handle_scope(env, &scope);
+  napi_value fn, argv[3], result;
+  napi_get_reference_value(env, g_on_tap, &fn);
+  napi_get_reference_value(env, r->owner, &argv[0]);
+  napi_create_int32(env, from->side, &argv[1]);
+  napi_create_int32(env, (int32_t)n, &argv[2]);
+  bool more = false;
+  // As Node's own reads: the microtasks and ticks after it run at once.
+  if (napi_make_callback(env, g_async, argv[0], fn, 3, argv, &result) == napi_pending_exception) {
+    napi_value err;
+    napi_get_and_clear_last_exception(env, &err);
+    napi_fatal_exception(env, err);
+  } else napi_get_value_bool(env, result, &more);
+  napi_close_handle_scope(env, scope);
+  if (!more) r->sides[CLIENT].tap = r->sides[UPSTREAM].tap = 0;
+  return r->closing ? -1 : 0;
+}
+
+// Reads what `from` has and writes it on (and to the tap); -1 after the relay ended.
 static int pump(relay_t* r, side_t* from, int disconnect) {
   side_t* to = &r->sides[1 - from->side];
   ssize_t n;
@@ -227,7 +262,7 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
     memcpy(to->pending, g_buf + w, (size_t)(n - w));
     to->pendingLen = (size_t)(n - w);
     to->pendingOff = 0;
-    return 0;
+    return from->tap ? tap_chunk(r, from, n) : 0;
   }
   if (last) {
     // Read the EOF now (it is there), and the FIN pushes out what the cork holds.
@@ -235,6 +270,15 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
     ssize_t e = recv(from->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (e == 0) {
       from->eof = 1;
+      if (from->tap) {
+        // The FIN leaves with the bytes before JavaScript sees them; the close (and JavaScript's
+        // callback for it) comes after, as the JavaScript relay's 'data' comes before its 'end'.
+        if (!to->shut) {
+          to->shut = 1;
+          shutdown(to->fd, SHUT_WR);
+        }
+        if (tap_chunk(r, from, n) < 0) return -1;
+      }
       return pass_fin(r, from);
     }
     // A reset came instead of the FIN, and the peek took its error: it is this side's error now.
@@ -244,7 +288,7 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
     }
     setsockopt(to->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
   }
-  return 0;
+  return from->tap ? tap_chunk(r, from, n) : 0;
 }
 
 static void arm_timer(relay_t* r);
@@ -752,6 +796,38 @@ static napi_value LocalName(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// setupTap(onTap): the callback of every tapped chunk; returns the read buffer whose first bytes it is.
+static napi_value SetupTap(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1 || g_on_end == NULL) return int_result(env, -EINVAL);
+  napi_value buf;
+  void* data;
+  if (g_tap_buf == NULL) {
+    if (napi_create_buffer(env, READ_SIZE, &data, &buf) != napi_ok) return int_result(env, -ENOMEM);
+    napi_create_reference(env, buf, 1, &g_tap_buf);
+    g_buf = data;
+  } else napi_get_reference_value(env, g_tap_buf, &buf);
+  if (g_on_tap != NULL) napi_delete_reference(env, g_on_tap);
+  napi_create_reference(env, argv[0], 1, &g_on_tap);
+  return buf;
+}
+
+// tap(slot, mask): the taps on (1: the client's bytes, 2: the endpoint's) or off; 0, or -ENOENT.
+static napi_value Tap(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  relay_t* r = argc < 2 ? NULL : slot_get(int_arg(env, argv[0]));
+  if (r == NULL) return int_result(env, -ENOENT);
+  if (g_on_tap == NULL) return int_result(env, -EINVAL);
+  int32_t mask = int_arg(env, argv[1]);
+  r->sides[CLIENT].tap = (mask & 1) != 0;
+  r->sides[UPSTREAM].tap = (mask & 2) != 0;
+  return int_result(env, 0);
+}
+
 // counts(slot, out): out[0] bytes read from the client, out[1] bytes written to it; 0, or -ENOENT.
 static napi_value Counts(napi_env env, napi_callback_info info) {
   size_t argc = 2;
@@ -835,6 +911,8 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"dial", NULL, Dial, NULL, NULL, NULL, napi_enumerable, NULL},
       {"redial", NULL, Redial, NULL, NULL, NULL, napi_enumerable, NULL},
       {"localName", NULL, LocalName, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"setupTap", NULL, SetupTap, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"tap", NULL, Tap, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

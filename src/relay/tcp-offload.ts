@@ -14,6 +14,12 @@
 // first byte, instead of a net.Socket and its libuv handle built only to be thrown away at connect.
 // JavaScript still picks every endpoint and decides every retry: it hears of each attempt once.
 // KUP_TCP_DIAL=off dials with net.connect (then hands over, as before).
+//
+// A traced connection (its sniffer wants the first requests) is handed over at connect too, with the
+// tap on: the relay writes each chunk on and then hands it to the owner's relayTapped() as a view of its
+// read buffer, until the sniffer is done. Two sockets and their streams cost an idle traced keep-alive
+// connection ~4 KiB, and Node's streams ~10 % of a short traced connection's CPU (issue 14). With
+// KUP_TCP_TAP=off a sniffed connection stays in JavaScript until its sniffer is done, as before.
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { getSystemErrorName } from 'node:util';
@@ -45,6 +51,14 @@ export interface TcpRelayCalls {
   held(slot: number): number;
   /** Relays running. */
   active(): number;
+  /**
+   * The callback of every tapped chunk: (owner, side: 0 client / 1 endpoint, length), whether the
+   * connection still wants bytes. Returns the read buffer: a chunk is its first `length` bytes, during
+   * the call only.
+   */
+  setupTap(onTap: (this: object, owner: object, side: number, length: number) => boolean): Buffer | number;
+  /** Taps on: 1 the client's bytes, 2 the endpoint's, 0 none; 0 or -ENOENT. */
+  tap(slot: number, mask: number): number;
 }
 
 /** native/tcp_relay.c's dialling; absent from a build that predates it. */
@@ -122,7 +136,17 @@ export function loadTcpOffload(env: NodeJS.ProcessEnv = process.env): TcpOffload
   const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'tcp_relay.node');
   try {
     const calls = createRequire(import.meta.url)(file) as TcpRelayCalls;
-    for (const name of ['setup', 'start', 'counts', 'abort', 'keepAlive', 'held', 'active'] as const)
+    for (const name of [
+      'setup',
+      'start',
+      'counts',
+      'abort',
+      'keepAlive',
+      'held',
+      'active',
+      'setupTap',
+      'tap',
+    ] as const)
       if (typeof calls[name] !== 'function') return { error: `${file} is not the tcp_relay addon` };
     return { calls };
   } catch (err) {
@@ -143,10 +167,13 @@ export function processTcpOffload(): TcpOffloadSupport {
   return processSupport;
 }
 
-/** What a relay tells its owner when it ends by itself, and (dialled by the addon) when an attempt ends. */
+/** What a relay tells its owner: a tapped chunk, its end when it ends by itself, and (dialled by the addon)
+ * each attempt's end. */
 export interface OffloadOwner {
   relayEnded(reason: CloseReason, fromClient: number, toClient: number): void;
   attemptEnded(status: number): void;
+  /** A chunk read from the client (side 0) or the endpoint (1), already written on; valid during the call. */
+  relayTapped(side: number, chunk: Buffer): boolean;
 }
 
 function onEnd(owner: object, code: number, fromClient: number, toClient: number): void {
@@ -166,6 +193,21 @@ function dialCalls(calls: TcpRelayCalls, env: NodeJS.ProcessEnv): TcpDialCalls |
   return dial as TcpDialCalls;
 }
 
+/** The addon's read buffer (setupTap); one per process. */
+let tapBuffer: Buffer = Buffer.alloc(0);
+
+function onTap(owner: object, side: number, length: number): boolean {
+  return (owner as OffloadOwner).relayTapped(side, tapBuffer.subarray(0, length));
+}
+
+/** The tap on both sides: the observer's wantsData covers both directions of a connection. */
+export const TAP_BOTH = 3;
+
+/** Whether sniffed connections are handed over with the tap: not with KUP_TCP_TAP=off. */
+export function tapEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env.KUP_TCP_TAP !== 'off';
+}
+
 /** The addon with its one callback registered; shared by every listener of the process. */
 export class TcpOffload {
   readonly calls: TcpRelayCalls;
@@ -175,13 +217,20 @@ export class TcpOffload {
   started = 0;
   /** Connections dialled by the addon so far. */
   dialled = 0;
+  /** Of those handed over, the ones with the tap on (the sniffer still wanted bytes). */
+  tapped = 0;
+  /** Sniffed connections are handed over with the tap; false: they stay in JavaScript till it is done. */
+  readonly tap: boolean;
   readonly #counts = new Float64Array(2);
 
-  constructor(calls: TcpRelayCalls, env: NodeJS.ProcessEnv = process.env) {
+  constructor(calls: TcpRelayCalls, tap = tapEnabled(), env: NodeJS.ProcessEnv = process.env) {
     this.calls = calls;
     calls.setup(onEnd);
     this.dial = dialCalls(calls, env);
     this.dial?.setupDial(onConnect);
+    const buffer = tap ? calls.setupTap(onTap) : 0;
+    this.tap = typeof buffer !== 'number';
+    if (typeof buffer !== 'number') tapBuffer = buffer;
   }
 
   /** Bytes from the client and to it since the hand-over (both 0 once it ended). */

@@ -36,6 +36,7 @@ import {
   connectError,
   type OffloadOwner,
   processTcpRelay,
+  TAP_BOTH,
   type TcpDialCalls,
   type TcpOffload,
 } from './tcp-offload.ts';
@@ -505,8 +506,9 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       this.observer = noopObserver;
       observerFailed(this.context, observer, this.listener.log, err, 'opened');
     }
-    // Nothing to watch in the bytes and no header waiting: the native relay moves them from the start.
-    if (!this.sniffing && pp === undefined && this.listener.offload !== undefined) {
+    // No header waiting: the native relay moves the bytes from the start (feeding the sniffer through
+    // its tap while it wants them).
+    if (pp === undefined && mayHandOver(this)) {
       upstream.setTimeout(0);
       if (this.offload()) return;
     }
@@ -541,8 +543,9 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
 
   /**
    * Hands the connection to the native relay (tcp-offload.ts) when JavaScript has nothing left to do with
-   * its bytes: the observer wants none, nothing waits in Node or libuv either way, neither side ended.
-   * The sockets are destroyed (their descriptors' dups keep the connections). Returns whether it did.
+   * its bytes but watch them: the observer wants none (or the tap feeds it), nothing waits in Node or
+   * libuv either way, neither side ended. The sockets are destroyed (their descriptors' dups keep the
+   * connections). Returns whether it did.
    */
   offload(): boolean {
     const offload = this.listener.offload;
@@ -551,7 +554,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     if (
       offload === undefined ||
       this.relay >= 0 ||
-      this.sniffing ||
+      (this.sniffing && !offload.tap) ||
       this.state !== OPEN ||
       this.clientEnded ||
       this.upstreamEnded ||
@@ -578,6 +581,11 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     // dup() failed (descriptors ran out): the JavaScript relay goes on.
     if (slot < 0) return false;
     offload.started++;
+    if (this.sniffing) {
+      // Before the loop polls the new relay: no chunk goes by untapped.
+      offload.calls.tap(slot, TAP_BOTH);
+      offload.tapped++;
+    }
     this.relay = slot;
     this.baseFromClient = client.bytesRead;
     this.baseToClient = client.bytesWritten;
@@ -605,6 +613,13 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
   /** Both sockets are closed (or were handed over and the native relay closed them). */
   socketsClosed(): boolean {
     return this.relay < 0 && (this.clientSocket?.destroyed ?? true) && (this.upstream?.destroyed ?? true);
+  }
+
+  /** A chunk the native relay read and wrote on: the sniffer's, as onClientData/onUpstreamData feed it. */
+  relayTapped(side: number, chunk: Buffer): boolean {
+    if (!this.sniffing) return false;
+    this.sniffing = side === 0 ? this.sniffClient(chunk) : this.sniffEndpoint(chunk);
+    return this.sniffing;
   }
 
   /** The native relay ended by itself: both sockets are closed. */
@@ -883,7 +898,7 @@ function uncorkNextTurn(upstream: net.Socket): void {
 function uncork(upstream: net.Socket): void {
   upstream.uncork();
   const conn = connOf(upstream);
-  if (conn !== undefined && !conn.sniffing && conn.listener.offload !== undefined) conn.offload();
+  if (conn !== undefined && mayHandOver(conn)) conn.offload();
 }
 
 function onClientData(this: net.Socket, chunk: Buffer): void {
@@ -893,7 +908,7 @@ function onClientData(this: net.Socket, chunk: Buffer): void {
   const flowing = upstream.write(chunk);
   if (conn!.sniffing) conn!.sniffing = conn!.sniffClient(chunk);
   if (!flowing) this.pause();
-  else if (!conn!.sniffing && conn!.listener.offload !== undefined) conn!.offload();
+  else if (mayHandOver(conn!)) conn!.offload();
 }
 
 function onUpstreamData(this: net.Socket, chunk: Buffer): void {
@@ -915,20 +930,26 @@ function onUpstreamData(this: net.Socket, chunk: Buffer): void {
     return;
   }
   if (!flowing) this.pause();
-  else if (!conn.sniffing && conn.listener.offload !== undefined) conn.offload();
+  else if (mayHandOver(conn)) conn.offload();
 }
 
 function onUpstreamDrain(this: net.Socket): void {
   const conn = connOf(this);
   if (conn === undefined || conn.upstream !== this) return;
   conn.client.resume();
-  if (!conn.sniffing && conn.listener.offload !== undefined) conn.offload();
+  if (mayHandOver(conn)) conn.offload();
 }
 
 function onClientDrain(this: net.Socket): void {
   const conn = connOf(this);
   conn?.upstream?.resume();
-  if (conn !== undefined && !conn.sniffing && conn.listener.offload !== undefined) conn.offload();
+  if (conn !== undefined && mayHandOver(conn)) conn.offload();
+}
+
+/** The native relay may take the connection: the sniffer is done, or the tap can feed it. */
+function mayHandOver(conn: TcpConnection): boolean {
+  const offload = conn.listener.offload;
+  return offload !== undefined && (!conn.sniffing || offload.tap);
 }
 
 const SERVER_OPTIONS: net.ServerOpts = { allowHalfOpen: true, pauseOnConnect: true, noDelay: true };

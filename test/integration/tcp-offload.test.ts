@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { ConnectionInfo, ConnectionObserver } from '../../src/relay/observer.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener, type TcpRelayOptions } from '../../src/relay/tcp.ts';
-import { processTcpRelay, type TcpOffload } from '../../src/relay/tcp-offload.ts';
+import { processTcpRelay, TcpOffload } from '../../src/relay/tcp-offload.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 import { tcpServer, waitFor } from '../helpers/servers.ts';
@@ -32,7 +32,7 @@ const MODES = [
 async function relay(
   t: After,
   endpointPort: number,
-  mode: (typeof MODES)[number],
+  mode: { readonly tcpOffload: TcpOffload | null | undefined },
   options: Partial<TcpRelayOptions> = {},
   observer: Partial<ConnectionObserver> = {},
 ) {
@@ -42,7 +42,7 @@ async function relay(
   const listener = new TcpListener(
     context,
     { ...DEFAULT_TCP_OPTIONS, ...options },
-    { log, tcpOffload: mode.tcpOffload === null ? null : offload() },
+    { log, tcpOffload: mode.tcpOffload === null ? null : (mode.tcpOffload ?? offload()) },
   );
   await listener.listen('127.0.0.1', 0);
   t.after(() => listener.destroy());
@@ -80,12 +80,14 @@ test('the hand-over: at connect without a sniffer, after the sniffer is done wit
   assert.equal(conn.bytesFromClient, 4);
   assert.equal(conn.bytesToClient, 4);
 
-  // A sniffer that wants the first two chunks from the client: the relay stays in JavaScript till then.
+  // A sniffer that wants the first two chunks from the client, without the tap (KUP_TCP_TAP=off): the
+  // relay stays in JavaScript till then (with the tap: test/integration/tcp-tap.test.ts).
+  const noTap = new TcpOffload(o.calls, false);
   let seen = 0;
   const sniffed = await relay(
     t,
     pod.port,
-    MODES[0],
+    { tcpOffload: noTap },
     {},
     { wantsData: true, clientData: () => ++seen < 2, endpointData: () => seen < 2 },
   );
@@ -98,7 +100,9 @@ test('the hand-over: at connect without a sniffer, after the sniffer is done wit
     if (word === 'one') assert.equal(c.relay, -1, 'still sniffing');
     else assert.ok(c.relay >= 0, `handed over after the sniffer is done (${word})`);
   }
-  assert.equal(o.started, before + 2);
+  assert.equal(o.started, before + 1);
+  assert.equal(noTap.started, 1);
+  assert.equal(noTap.tapped, 0);
   const c = [...sniffed.listener.connections][0]!;
   assert.equal(c.bytesFromClient, 11);
   assert.equal(c.bytesToClient, 11);
