@@ -32,6 +32,7 @@ export interface ConnectionObserver {
   opened(conn: ConnectionInfo): void;
   /**
    * Bytes from the client, just after they were written on, unchanged (only when `wantsData` is true).
+   * Valid during the call only: the native TCP relay's tap hands a view of its read buffer (tcp-offload.ts).
    * Returns whether it wants more: once false, the relays stop calling either of these for the
    * connection or session (a UDP session is then relayed natively when it can be: udp-fast.ts).
    */

@@ -17,9 +17,11 @@ import type { ConnectionInfo, ConnectionObserver } from '../../src/relay/observe
 import { noopObserver } from '../../src/relay/observer.ts';
 import type { ServicePortContext } from '../../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
+import { processTcpFin, socketFd } from '../../src/relay/tcp-fin.ts';
 import { processTcpRelay, TcpOffload } from '../../src/relay/tcp-offload.ts';
 import type { Endpoint } from '../../src/state/endpoint.ts';
 import { ConnectionTable } from '../../src/trace/connection-table.ts';
+import type { Http1Info } from '../../src/trace/sniff/types.ts';
 import { createTracer, type TraceEvent } from '../../src/trace/tracer.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
@@ -383,4 +385,55 @@ test('24 MiB each way, slow readers on both ends, every chunk tapped: intact, in
   assert.equal(closed[0]!.bytesFromClient, up.length);
   assert.equal(closed[0]!.bytesToClient, down.length);
   assert.ok(['client-fin', 'endpoint-fin'].includes(closed[0]!.closeReason!));
+});
+
+test("while tapped, the endpoint's FIN still reaches the client with its answer, after the sniffer saw it", async (t) => {
+  const fin = processTcpFin().calls;
+  assert.ok(fin, 'build/native/tcp_fin.node');
+  const o = offload();
+  const answer = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok';
+  const pod = await endpoint(t, (s) => s.once('data', () => s.end(answer)));
+  const context = makeContext([ep('127.0.0.12', pod.port)]);
+  const table = new ConnectionTable();
+  const tracer = createTracer({ mode: 'protocols', table });
+  const events: TraceEvent[] = [];
+  const sub = tracer.subscribe({}, (e) => events.push(e))!;
+  t.after(() => sub.close());
+  context.observer = tracer.observerFor({ trace: undefined });
+  const listener = await listen(t, context, o);
+  const tapped = o.tapped;
+  const n = 50;
+  let finWithAnswer = 0;
+  for (let i = 0; i < n; i++) {
+    finWithAnswer += await new Promise<number>((resolve, reject) => {
+      const client = net.connect({ host: '127.0.0.1', port: listener.port });
+      let got = '';
+      client.setTimeout(5000, () => client.destroy(new Error('no answer within 5 s')));
+      client.on('error', reject);
+      client.on('connect', () => client.write('GET /a HTTP/1.1\r\nHost: x\r\n\r\n'));
+      client.on('data', (chunk: Buffer) => {
+        got += chunk.toString();
+        if (got.length < answer.length) return;
+        const queued = fin.peekEnd(socketFd(client)) === 1 ? 1 : 0;
+        client.destroy();
+        resolve(queued);
+      });
+    });
+  }
+  assert.equal(o.tapped, tapped + n);
+  assert.ok(finWithAnswer >= n * 0.95, `FIN with the answer: ${finWithAnswer}/${n}`);
+  await waitFor(() => table.list().recent.length === n, 3000, 'every close');
+  for (const r of table.list().recent) {
+    assert.equal(r.closeReason, 'endpoint-fin');
+    assert.deepEqual(
+      (r.app as Http1Info).exchanges.map((x) => [x.path, x.status]),
+      [['/a', 200]],
+    );
+  }
+  // Each connection's events in order: the response (from the tap) before the close.
+  await waitFor(() => events.length === n * 4, 3000, 'every event');
+  const byId = new Map<number, string[]>();
+  for (const e of events) byId.set(e.id, [...(byId.get(e.id) ?? []), e.type]);
+  for (const types of byId.values())
+    assert.deepEqual(types, ['opened', 'http-request', 'http-response', 'closed']);
 });
