@@ -9,9 +9,10 @@
 // connection once, when it ends. Without the addon (or with KUP_TCP_OFFLOAD=off) the relay stays in
 // JavaScript, as before.
 //
-// A connection that will be handed over at connect anyway (no sniffer, no PROXY protocol header) is also
-// dialled by the addon (dial(), TcpDialCalls): socket, connect and its outcome in C, the relay from the
-// first byte, instead of a net.Socket and its libuv handle built only to be thrown away at connect.
+// A connection that will be handed over at connect anyway (no PROXY protocol header; a sniffer is fed by
+// the tap, below) is also dialled by the addon (dial(), TcpDialCalls): socket, connect and its outcome in
+// C, the relay (and the tap) from the first byte, instead of a net.Socket and its libuv handle built only
+// to be thrown away at connect.
 // JavaScript still picks every endpoint and decides every retry: it hears of each attempt once.
 // KUP_TCP_DIAL=off dials with net.connect (then hands over, as before).
 //

@@ -193,7 +193,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
   /** Bytes from and to the client before the hand-over; all of them once the native relay ended. */
   baseFromClient = 0;
   baseToClient = 0;
-  /** Dialled by the native relay: it would be handed over at connect anyway (no sniffer, no header). */
+  /** Dialled by the native relay: it would be handed over at connect anyway (no PROXY protocol header;
+   * a sniffer gets its bytes through the tap). */
   nativeDial: boolean;
 
   /** The client is a net.Socket (a net.Server's) or a descriptor (the native listener's). */
@@ -217,7 +218,9 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     this.startMs = now;
     this.proxyProtocol = listener.context.proxyProtocol;
     this.nativeDial =
-      listener.dial !== undefined && !this.observer.wantsData && this.proxyProtocol === undefined;
+      listener.dial !== undefined &&
+      this.proxyProtocol === undefined &&
+      (!this.observer.wantsData || listener.offload!.tap);
   }
 
   get service() {
@@ -390,9 +393,16 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     const observer = this.observer;
     try {
       observer.opened(this);
+      this.sniffing = observer.wantsData;
     } catch (err) {
       this.observer = noopObserver;
       observerFailed(this.context, observer, this.listener.log, err, 'opened');
+    }
+    if (this.sniffing) {
+      // The relay polls its sides from the next turn of the loop: no chunk goes by untapped.
+      const offload = this.listener.offload!;
+      offload.calls.tap(this.relay, TAP_BOTH);
+      offload.tapped++;
     }
   }
 

@@ -119,6 +119,7 @@ async function traffic(t: After, mode: Mode, http1: Endpoint, tlsEndpoint: Endpo
   t.after(() => sub.close());
   const tcpOffload = mode.tcpOffload();
   const tapped = tcpOffload?.tapped ?? 0;
+  const dialled = tcpOffload?.dialled ?? 0;
   const web = makeContext([http1], 'TCP', 'prod/shop:web');
   web.observer = tracer.observerFor({ trace: undefined });
   const webListener = await listen(t, web, tcpOffload);
@@ -148,6 +149,7 @@ async function traffic(t: After, mode: Mode, http1: Endpoint, tlsEndpoint: Endpo
     events: events.map(comparable),
     records,
     tapped: (tcpOffload?.tapped ?? 0) - tapped,
+    dialled: (tcpOffload?.dialled ?? 0) - dialled,
   };
 }
 
@@ -188,7 +190,7 @@ function tlsHello(port: number): Promise<string> {
   });
 }
 
-test('a traced connection is handed to the native relay at connect, with the tap on', async (t) => {
+test('a traced connection is dialled by the native relay, with the tap on from its first byte', async (t) => {
   const o = offload();
   const pod = await endpoint(t, (s) => s.on('data', (d) => s.write(d)));
   const context = makeContext([ep('127.0.0.12', pod.port)]);
@@ -196,12 +198,14 @@ test('a traced connection is handed to the native relay at connect, with the tap
     trace: undefined,
   });
   const listener = await listen(t, context, o);
-  const [started, tapped] = [o.started, o.tapped];
+  const [started, tapped, dialled] = [o.started, o.tapped, o.dialled];
   const c = connect(listener.port);
   t.after(() => c.destroy());
   // Before any byte: the sniffer has seen nothing yet and still wants everything.
   await waitFor(() => o.tapped === tapped + 1, 2000, 'the hand-over with the tap');
   assert.equal(o.started, started + 1);
+  // Accepted and dialled by the addon: no net.Socket on either side at any time.
+  assert.equal(o.dialled, dialled + 1);
   const conn = [...listener.connections][0]!;
   assert.ok(conn.relay >= 0 && conn.clientSocket === undefined && conn.sniffing);
   assert.equal(await reply(c, 'GET / HTTP/1.1\r\nHost: a\r\n\r\n'), 'GET / HTTP/1.1\r\nHost: a\r\n\r\n');
@@ -215,6 +219,7 @@ test('the tracer records the same through the tap as through the JavaScript rela
   for (const mode of MODES) runs.push({ mode: mode.name, ...(await traffic(t, mode, http1, tlsEndpoint)) });
   const [tap, ...others] = runs;
   assert.equal(tap!.tapped, 2, 'both connections tapped');
+  assert.equal(tap!.dialled, 2, 'both connections dialled by the addon, tapped from their first byte');
   assert.deepEqual(
     tap!.events.map((e) => e.type),
     [
