@@ -1,7 +1,8 @@
 // Round robin over a shuffled endpoint list, with ClientIP session affinity (the userspace proxier's
 // LoadBalancerRR). One instance per service port, updated in place by the proxier. No I/O, no timers:
 // time comes in as `nowMs`. An idle one holds its endpoint list and nothing else: the affinity table is
-// made by the first ClientIP pick (10,000 idle service ports kept 10,000 empty maps).
+// made by the first ClientIP pick (10,000 idle service ports kept 10,000 empty maps), the outlier
+// detector by the first failed connect (or ejection from another process).
 import type { Endpoint, EndpointKey } from '../state/endpoint.ts';
 import type { SessionAffinity } from '../state/service-port.ts';
 import { DEFAULT_STICKY_MAX_AGE_SECONDS } from '../state/service-port.ts';
@@ -22,8 +23,10 @@ export class RoundRobinBalancer {
   /** ClientIP affinity by client IP; undefined until the first ClientIP pick. */
   #sticky: Map<string, AffinityEntry> | undefined;
   readonly #random: () => number;
-  /** Passive outlier ejection; undefined = off. */
-  readonly outlier: OutlierDetector | undefined;
+  /** Passive outlier ejection's settings; undefined = off. */
+  readonly #outlierOptions: OutlierOptions | undefined;
+  /** Its detector: undefined until the first failure (or ejection elsewhere) needs one. */
+  #outlier: OutlierDetector | undefined;
   /**
    * A client without an affinity entry gets the endpoint rendezvous hashing gives it, not the next in
    * the round: so every worker process (--workers) sends one client to the same endpoint.
@@ -32,8 +35,23 @@ export class RoundRobinBalancer {
 
   constructor(random: () => number = Math.random, outlier?: OutlierOptions, affinityByHash = false) {
     this.#random = random;
-    this.outlier = outlier === undefined ? undefined : new OutlierDetector(outlier);
+    this.#outlierOptions = outlier;
     this.#affinityByHash = affinityByHash;
+  }
+
+  /**
+   * The passive outlier detector; undefined while it has nothing to remember (off, or no connect has
+   * failed yet: an idle service port's was 56 bytes of nothing).
+   */
+  get outlier(): OutlierDetector | undefined {
+    return this.#outlier;
+  }
+
+  /** The outlier detector, made on first use; undefined when outlier ejection is off. */
+  #detector(): OutlierDetector | undefined {
+    if (this.#outlier === undefined && this.#outlierOptions !== undefined)
+      this.#outlier = new OutlierDetector(this.#outlierOptions);
+    return this.#outlier;
   }
 
   /** The endpoints in visiting order. */
@@ -84,7 +102,7 @@ export class RoundRobinBalancer {
       shuffled[j] = t;
     }
     this.#endpoints = shuffled;
-    this.outlier?.retain(shuffled);
+    this.#outlier?.retain(shuffled);
     this.#index = shuffled.length === 0 ? 0 : this.#index % shuffled.length;
     const sticky = this.#sticky;
     if (sticky !== undefined && sticky.size > 0) {
@@ -107,7 +125,7 @@ export class RoundRobinBalancer {
     const list = this.#endpoints;
     if (list.length === 0) return undefined;
     const sticky = this.#affinity === 'ClientIP';
-    const outlier = this.outlier !== undefined && this.outlier.ejectedCount > 0 ? this.outlier : undefined;
+    const outlier = this.#outlier !== undefined && this.#outlier.ejectedCount > 0 ? this.#outlier : undefined;
     if (sticky && !resetAffinity) {
       const entry = this.#sticky?.get(clientIP);
       if (
@@ -152,12 +170,23 @@ export class RoundRobinBalancer {
 
   /** A connect to `endpoint` failed; returns the ejection it caused, if any. */
   reportFailure(endpoint: Endpoint, nowMs: number): EjectionEvent | undefined {
-    return this.outlier?.failed(endpoint.key, nowMs, this.#endpoints.length);
+    return this.#detector()?.failed(endpoint.key, nowMs, this.#endpoints.length);
+  }
+
+  /**
+   * Another process of this proxy ejected `endpoint` (OutlierDetector.ejectedElsewhere). False when
+   * outlier ejection is off or it was not applied here.
+   */
+  ejectedElsewhere(endpoint: string, untilMs: number, ejections: number, nowMs: number): boolean {
+    if (untilMs <= nowMs) return false;
+    return (
+      this.#detector()?.ejectedElsewhere(endpoint, untilMs, ejections, this.#endpoints.length, nowMs) ?? false
+    );
   }
 
   /** A connect to `endpoint` succeeded. */
   reportSuccess(endpoint: Endpoint): void {
-    this.outlier?.succeeded(endpoint.key);
+    this.#outlier?.succeeded(endpoint.key);
   }
 
   /** Forgets `clientIP`'s affinity if it points at `endpoint` (a connect to it failed). */

@@ -286,8 +286,7 @@ export class Proxier {
     let applied = false;
     for (const balancer of rt.balancers()) {
       if (!balancer.endpoints.some((e) => e.key === endpoint)) continue;
-      if (balancer.outlier?.ejectedElsewhere(endpoint, untilMs, ejections, balancer.endpoints.length, now))
-        applied = true;
+      if (balancer.ejectedElsewhere(endpoint, untilMs, ejections, now)) applied = true;
     }
     return applied;
   }

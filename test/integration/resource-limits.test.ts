@@ -103,7 +103,7 @@ test('a connect without a file descriptor: client closed, counted fd-exhausted, 
   assert.equal(dials, 1, 'no other endpoint tried: it would fail the same way');
   assert.deepEqual(context.stats.connectFailures, { 'fd-exhausted': 1 });
   assert.equal(context.stats.connectFailed, 1);
-  assert.deepEqual(balancer.outlier!.ejected(now), [], 'the endpoint is not ejected');
+  assert.deepEqual(balancer.outlier?.ejected(now) ?? [], [], 'the endpoint is not ejected');
   assert.deepEqual(fdPressure.counts, { accept: 0, connect: 1, 'udp-session': 0 });
 
   // Within the back-off (100 ms) a new connection is closed at once, without a dial.

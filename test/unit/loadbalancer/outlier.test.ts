@@ -103,3 +103,31 @@ const DEFAULTS_FOR_ELSEWHERE = {
   maxEjectionMs: 300_000,
   maxEjectionPercent: 50,
 };
+
+test('an idle balancer has no detector: the first failed connect makes it, and ejects as before', () => {
+  const A = ep('10.0.0.1', 80);
+  const B = ep('10.0.0.2', 80);
+  const lb = new RoundRobinBalancer(Math.random, options);
+  lb.setEndpoints([A, B]);
+  lb.reportSuccess(A);
+  for (let i = 0; i < 10; i++) lb.pick('c', 0);
+  assert.equal(lb.outlier, undefined, 'picks and successes need none');
+  assert.equal(lb.reportFailure(B, 0), undefined);
+  assert.ok(lb.outlier !== undefined, 'made by the first failure');
+  lb.reportFailure(B, 0);
+  assert.equal(lb.reportFailure(B, 0)?.endpoint, B.key, 'ejected by the third in a row');
+  for (let i = 0; i < 10; i++) assert.equal(lb.pick('c', 10)!.key, A.key);
+  assert.equal(new RoundRobinBalancer(Math.random).ejectedElsewhere(B.key, 10_000, 1, 0), false, 'off');
+});
+
+test('an ejection from another worker reaches an idle balancer (its detector made then)', () => {
+  const A = ep('10.0.0.1', 80);
+  const B = ep('10.0.0.2', 80);
+  const lb = new RoundRobinBalancer(Math.random, options);
+  lb.setEndpoints([A, B]);
+  assert.equal(lb.ejectedElsewhere(B.key, 500, 1, 1000), false, 'already over: nothing made');
+  assert.equal(lb.outlier, undefined);
+  assert.equal(lb.ejectedElsewhere(B.key, 5000, 1, 1000), true);
+  assert.deepEqual(lb.outlier!.ejected(1000), [{ endpoint: B.key, untilMs: 5000 }]);
+  for (let i = 0; i < 10; i++) assert.equal(lb.pick('c', 1000)!.key, A.key);
+});
