@@ -48,6 +48,15 @@ export type { ServicePortStatus } from './service-port-runtime.ts';
 /** From this many new service ports in one sync, their rules are written while they bind. */
 export const OVERLAP_MIN_SERVICE_PORTS = 64;
 
+/** A snapshot's change sets once told (Proxier.releaseChanges). */
+const NO_CHANGES: Pick<Snapshot, 'changedServicePorts' | 'changedEndpoints' | 'triggerTimes'> = Object.freeze(
+  {
+    changedServicePorts: new Set<ServicePortKey>(),
+    changedEndpoints: new Set<ServicePortKey>(),
+    triggerTimes: Object.freeze([]),
+  },
+);
+
 /** Something that hands out the desired state: the state module's checkout(). */
 export interface SnapshotSource {
   checkout(): Snapshot;
@@ -849,9 +858,21 @@ export class Proxier {
     return n;
   }
 
-  /** The last snapshot applied, if any. */
+  /** The last snapshot applied, if any (its change sets empty once releaseChanges() was called). */
   get snapshot(): Snapshot | undefined {
     return this.#snapshot;
+  }
+
+  /**
+   * Forgets what the last snapshot changed, once everybody told of it has read it (the sync loop, after
+   * its callbacks): the cold start's sets named every service port (~55 bytes a port) and stayed until
+   * the next change. Its service ports and endpoints stay (a worker that starts is sent them).
+   */
+  releaseChanges(): void {
+    const snapshot = this.#snapshot;
+    if (snapshot === undefined) return;
+    if (snapshot.changedServicePorts.size === 0 && snapshot.changedEndpoints.size === 0) return;
+    this.#snapshot = { ...snapshot, ...NO_CHANGES };
   }
 }
 

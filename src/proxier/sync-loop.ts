@@ -63,6 +63,7 @@ export type SyncLoopDeps = {
     | 'syncing'
     | 'portalsPending'
     | 'snapshot'
+    | 'releaseChanges'
   >;
   source: SyncLoopSource;
   log: Logger;
@@ -153,6 +154,7 @@ export class SyncLoop {
     // A list that became empty or stopped being empty changes the rules (REJECT / DROP): a sync.
     if (this.#proxier.portalsPending) this.queue();
     this.#on.onEndpointsApplied?.(snapshot);
+    this.#proxier.releaseChanges();
   }
 
   async #sync(): Promise<void> {
@@ -164,6 +166,8 @@ export class SyncLoop {
     const snapshot = this.#proxier.snapshot;
     if (snapshot !== undefined) this.#applied(snapshot, now);
     await this.#on.onSynced?.(result, snapshot, now);
+    // Told to everyone: the change sets need not stay until the next change.
+    this.#proxier.releaseChanges();
     if (this.#log.isLevelEnabled('debug')) this.#log.debug({ ...result }, 'Synced');
   }
 

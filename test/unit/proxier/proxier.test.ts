@@ -809,3 +809,41 @@ const loopCases: { name: string; run(): Promise<void> }[] = [
 ];
 
 for (const c of loopCases) test(c.name, () => c.run());
+
+test('sync loop: the last snapshot keeps its change sets only until its callbacks have read them', async () => {
+  const clock = new FakeClock();
+  const h = harness();
+  const seen: string[] = [];
+  const sizes = (s: Snapshot | undefined) => `${s?.changedServicePorts.size}/${s?.changedEndpoints.size}`;
+  const deferred: (() => void)[] = [];
+  const loop = new SyncLoop(
+    { minSyncPeriodMs: 1000, syncPeriodMs: 30_000 },
+    { proxier: h.proxier, source: h.source, log: silentLogger(), clock, defer: (fn) => deferred.push(fn) },
+    {
+      onSynced: async (_r, snapshot) => {
+        await Promise.resolve();
+        seen.push(`synced ${sizes(snapshot)} ${sizes(h.proxier.snapshot)}`);
+      },
+      onEndpointsApplied: (snapshot) => void seen.push(`endpoints ${sizes(snapshot)}`),
+    },
+  );
+  h.source.set(servicePort('a'), [ep('10.0.0.1', 8080)]);
+  h.source.set(servicePort('b', { clusterIPs: ['10.96.0.2'] }), [ep('10.0.0.2', 8080)]);
+  loop.start();
+  await clock.advance(0);
+  assert.deepEqual(seen, ['synced 2/2 2/2'], 'the callbacks see every change');
+  assert.equal(sizes(h.proxier.snapshot), '0/0', 'then the sets are let go');
+  assert.equal(
+    h.proxier.snapshot?.servicePorts.size,
+    2,
+    'the service ports stay (a starting worker is sent them)',
+  );
+  assert.equal(h.proxier.snapshot?.endpoints.size, 2);
+  h.source.setEndpoints(keyOf('a'), [ep('10.0.0.1', 8080), ep('10.0.0.3', 8080)]);
+  loop.onChange();
+  for (const fn of deferred.splice(0)) fn();
+  assert.deepEqual(seen.slice(1), ['endpoints 0/1']);
+  assert.equal(sizes(h.proxier.snapshot), '0/0', 'the fast path lets them go too');
+  assert.equal(h.proxier.snapshot?.endpoints.get(keyOf('a'))?.all.length, 2);
+  await loop.stop();
+});
