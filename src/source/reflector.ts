@@ -26,6 +26,7 @@ import { Backoff, type BackoffPolicy } from './backoff.ts';
 import { listAll } from './list-pager.ts';
 import { LogLimiter } from './log-limiter.ts';
 import type { ObjectMeta } from './objects.ts';
+import { type StoredVersion, storedVersion, versionText } from './resource-version.ts';
 import { LineSplitter } from './watch-lines.ts';
 
 /** What a reflector reads of any object. */
@@ -98,7 +99,7 @@ export class Reflector {
    * The resourceVersion of each object as last delivered, keyed `namespace/name`: what a relist
    * compares. A full copy of every Service and EndpointSlice was 1.7 KB per service port.
    */
-  readonly #cache = new Map<string, string | undefined>();
+  readonly #cache = new Map<string, StoredVersion>();
   /** Where the next watch starts; undefined = list first. */
   #rv: string | undefined;
   #listed = false;
@@ -216,7 +217,7 @@ export class Reflector {
       const known = this.#cache.has(key);
       const rv = this.#cache.get(key);
       if (known && !changed(rv, obj)) continue;
-      this.#cache.set(key, obj.metadata?.resourceVersion);
+      this.#cache.set(key, storedVersion(obj.metadata?.resourceVersion));
       if (!known) {
         added++;
         this.#emit('add', obj);
@@ -352,12 +353,12 @@ export class Reflector {
       this.#cache.delete(key);
       this.#emit('delete', obj);
     } else if (!known) {
-      this.#cache.set(key, obj.metadata?.resourceVersion);
+      this.#cache.set(key, storedVersion(obj.metadata?.resourceVersion));
       this.#emit('add', obj);
     } else {
       const rv = this.#cache.get(key);
       if (changed(rv, obj)) {
-        this.#cache.set(key, obj.metadata?.resourceVersion);
+        this.#cache.set(key, storedVersion(obj.metadata?.resourceVersion));
         this.#emit('update', obj, this.#stub(key, rv));
       }
     }
@@ -367,7 +368,7 @@ export class Reflector {
   }
 
   /** What the cache knows of the object at `key`: its kind, name and resourceVersion. */
-  #stub(key: string, resourceVersion: string | undefined): ApiObject {
+  #stub(key: string, stored: StoredVersion): ApiObject {
     const slash = key.indexOf('/');
     return {
       kind: this.#resource.kind,
@@ -375,7 +376,7 @@ export class Reflector {
       metadata: {
         namespace: slash === 0 ? undefined : key.slice(0, slash),
         name: key.slice(slash + 1),
-        resourceVersion,
+        resourceVersion: versionText(stored),
       },
     };
   }
@@ -495,7 +496,7 @@ function keyOf(obj: ApiObject): string {
 }
 
 /** resourceVersions are opaque: equal means unchanged; a missing one always counts as a change. */
-function changed(oldRv: string | undefined, obj: ApiObject): boolean {
+function changed(old: StoredVersion, obj: ApiObject): boolean {
   const rv = obj.metadata?.resourceVersion;
-  return rv === undefined || rv !== oldRv;
+  return rv === undefined || storedVersion(rv) !== old;
 }
