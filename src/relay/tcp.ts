@@ -1017,9 +1017,12 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   #closed = false;
   /** listen()'s promise while it binds; undefined once settled, so nothing keeps it. */
   #binding: PromiseWithResolvers<void> | undefined;
-  #limitLoggedMs = Number.NEGATIVE_INFINITY;
-  #loopLoggedMs = Number.NEGATIVE_INFINITY;
+  /** When the limit / a loop was last logged; undefined: never (not -Infinity: a double field is boxed). */
+  #limitLoggedMs: number | undefined;
+  #loopLoggedMs: number | undefined;
   readonly #sweeper: Sweeper;
+  /** Joined with the first connection: an idle listener is not swept (its entry was ~27 bytes). */
+  readonly #keepAlive: KeepAliveSweeper;
 
   static readonly #accept = function (this: ListenerServer, socket: net.Socket): void {
     this.listener.#onConnection(socket);
@@ -1067,7 +1070,7 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
     this.dial = deps.tcpDial === false || deps.connect !== undefined ? undefined : this.offload?.dial;
     this.accept = deps.tcpAccept === null ? undefined : (deps.tcpAccept ?? processTcpAccept() ?? undefined);
     this.#sweeper = deps.sweeper ?? processSweeper;
-    (deps.keepAlive ?? defaultKeepAliveSweeper).add(this);
+    this.#keepAlive = deps.keepAlive ?? defaultKeepAliveSweeper;
   }
 
   /** The net.Server, made on first use. */
@@ -1220,7 +1223,10 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
 
   /** Counts a connection in and dials. */
   #admit(conn: TcpConnection): void {
-    if (this.connections === NO_CONNECTIONS) this.connections = new Set();
+    if (this.connections === NO_CONNECTIONS) {
+      this.connections = new Set();
+      this.#keepAlive.add(this);
+    }
     this.connections.add(conn);
     conn.context.stats.accepted++;
     conn.context.stats.active++;
@@ -1237,7 +1243,10 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
       socket.destroy();
     }
     countRejected(this.context.stats, reason);
-    if (reason === 'limit' && now - this.#limitLoggedMs >= LIMIT_LOG_INTERVAL_MS) {
+    if (
+      reason === 'limit' &&
+      now - (this.#limitLoggedMs ?? Number.NEGATIVE_INFINITY) >= LIMIT_LOG_INTERVAL_MS
+    ) {
       this.#limitLoggedMs = now;
       this.log.warn(
         { service: this.context.name, limit: this.options.maxConnections },
@@ -1257,7 +1266,7 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
       socket.resetAndDestroy();
     }
     countRejected(this.context.stats, 'loop');
-    if (now - this.#loopLoggedMs >= LIMIT_LOG_INTERVAL_MS) {
+    if (now - (this.#loopLoggedMs ?? Number.NEGATIVE_INFINITY) >= LIMIT_LOG_INTERVAL_MS) {
       this.#loopLoggedMs = now;
       this.log.warn(
         {

@@ -64,3 +64,27 @@ test('keep-alive goes on for connections open one sweep interval, on both socket
   sweeper.sweep(now);
   assert.equal(sweeper.size, 0);
 });
+
+test('a listener joins the keep-alive sweep with its first connection: an idle one is not swept', async (t) => {
+  const backend = await tcpServer('127.0.0.11', (s) => s.on('data', (d) => s.write(d)));
+  t.after(() => backend.close());
+  let now = 1_000_000;
+  const clock = { now: () => now, setTimeout: () => ({}), clearTimeout: () => {} };
+  const sweeper = new KeepAliveSweeper(1000, new Sweeper(25, clock));
+  const listener = new TcpListener(
+    makeContext([ep(backend.host, backend.port)]),
+    { ...DEFAULT_TCP_OPTIONS, keepAliveDelayMs: 60_000 },
+    { log, keepAlive: sweeper, now: () => now },
+  );
+  await listener.listen('127.0.0.1', 0);
+  t.after(() => listener.destroy());
+  assert.equal(sweeper.size, 0, 'listening, nothing accepted: not swept');
+  const client = net.connect({ host: '127.0.0.1', port: listener.port });
+  t.after(() => client.destroy());
+  client.write('ping');
+  await new Promise((r) => client.once('data', r));
+  assert.equal(sweeper.size, 1, 'swept from its first connection on');
+  now += 1000;
+  sweeper.sweep(now);
+  assert.deepEqual(timers(listener.port, 'local'), ['02'], 'and that connection gets keep-alive');
+});
