@@ -63,7 +63,6 @@ export class ProxyState implements ProxyHandlers {
   readonly #servicePorts = new Map<ServicePortKey, ServicePort>();
   /** Every applied service port's endpoints (ports gone from a Service lose theirs when it is applied). */
   readonly #endpoints = new Map<ServicePortKey, ServicePortEndpoints>();
-  #snapshot: Snapshot | undefined;
 
   #nodeZone: string | undefined;
   #zoneChanged = false;
@@ -249,14 +248,14 @@ export class ProxyState implements ProxyHandlers {
   #finish(work: CheckoutWork): Snapshot {
     // The maps themselves, not copies: copying 10,000 entries took ~3 ms per map and checkout, on the
     // path of every change. They only change inside a checkout, and the proxier reads the latest.
-    this.#snapshot = {
+    // Not kept here: its change sets are the proxier's to let go (the cold start's name every port).
+    return {
       servicePorts: this.#servicePorts,
       endpoints: this.#endpoints,
       changedServicePorts: work.changedServicePorts,
       changedEndpoints: work.changedEndpoints,
       triggerTimes: work.triggerTimes,
     };
-    return this.#snapshot;
   }
 
   #upsertService(service: Service): void {

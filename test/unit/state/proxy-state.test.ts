@@ -5,6 +5,7 @@ import type { EndpointSlice, EndpointSliceEndpoint, Node, Service } from '../../
 import { ProxyState, triggerTime } from '../../../src/state/proxy-state.ts';
 import type { ServicePortKey } from '../../../src/state/service-port.ts';
 import type { Snapshot } from '../../../src/state/snapshot.ts';
+import { collectGarbage } from '../../helpers/heap.ts';
 
 const NODE = 'node-a';
 type Spec = NonNullable<Service['spec']>;
@@ -481,4 +482,21 @@ test("one Endpoint representation: a checkout's lists are the slice's parsed lis
   intake.onServiceUpdate(svc('web'), svc('web', { sessionAffinity: 'ClientIP' }));
   const again = state.checkout().endpoints.get(key('web'))!;
   assert.equal(again.all, web.all, 'recomputed, and still the same list of the same Endpoint objects');
+});
+
+test('a checkout is not kept by the state: its change sets go once the caller drops them', async () => {
+  const { state, intake } = setup();
+  intake.onServiceAdd(svc('web'));
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  intake.onServicesSynced();
+  intake.onEndpointSlicesSynced();
+  let snap: Snapshot | undefined = state.checkout();
+  assert.deepEqual(sorted(snap.changedServicePorts), [key('web')]);
+  const changed = new WeakRef(snap.changedServicePorts);
+  const changedEndpoints = new WeakRef(snap.changedEndpoints);
+  snap = undefined;
+  await collectGarbage();
+  assert.equal(changed.deref(), undefined, 'changedServicePorts collected');
+  assert.equal(changedEndpoints.deref(), undefined, 'changedEndpoints collected');
+  assert.equal(state.checkout().servicePorts.size, 1, 'the state itself is intact');
 });
