@@ -15,11 +15,13 @@ export type PortSet = { has(port: number): boolean };
 /**
  * The preferred offset of a service port in a range of `size` ports: the first 32 bits of the SHA-1
  * of its key (`ns/name:port/PROTO`, or that plus `/local`), big-endian, modulo `size`. The same key
- * gives the same port on every start and on every node, whatever else the manifest holds.
+ * gives the same port on every start and on every node, whatever else the manifest holds. A small
+ * integer (`| 0`): the remainder of a 32-bit unsigned is a double to V8, and so was every port made
+ * from it, boxed (16 bytes) in each field that held one: a listener's port, the runtime's proxy port.
  */
 export function proxyPortOffset(key: string, size: number): number {
   if (size <= 0) return 0;
-  return hash('sha1', key, 'buffer').readUInt32BE(0) % size;
+  return (hash('sha1', key, 'buffer').readUInt32BE(0) % size) | 0;
 }
 
 export type PortAllocatorOptions = {

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
 import { isProxyError } from '../../../src/lib/errors.ts';
 import { silentLogger } from '../../../src/lib/log.ts';
 import { parsePortRange } from '../../../src/lib/port-range.ts';
@@ -193,4 +194,15 @@ test('createPortAllocator: a range is used as given; "" hashes into the ephemera
   const unknown = createPortAllocator(parsePortRange(''), silentLogger(), () => undefined);
   assert.equal(unknown.range.size, 0);
   assert.equal(unknown.allocateNext('demo/echo:http/TCP'), 0);
+});
+
+test('the ports handed out are small integers to V8, not boxed doubles (a field holding one stays unboxed)', () => {
+  setFlagsFromString('--allow-natives-syntax');
+  const isSmi = new Function('x', 'return %IsSmi(x)') as (x: number) => boolean;
+  const alloc = new PortAllocator(parsePortRange('20000-31999')!);
+  for (let i = 0; i < 20; i++) {
+    const key = `ns/svc-${i}:http/TCP`;
+    assert.ok(isSmi(proxyPortOffset(key, 12_000)), key);
+    assert.ok(isSmi(alloc.next(key)!), key);
+  }
 });
