@@ -141,6 +141,8 @@ class Worker {
             const result = await this.proxier.sync();
             if (result !== undefined) this.#trimmer.afterSync(result);
           }
+          // Nothing here reads what the snapshot changed: a cold start's sets named every service port.
+          this.proxier.releaseChanges();
         }
         send({
           t: 'synced',
