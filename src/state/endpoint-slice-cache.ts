@@ -59,14 +59,31 @@ type SlicePort = {
   readonly endpoints: readonly Endpoint[];
 };
 
-type SliceInfo = { readonly name: string; readonly ports: readonly SlicePort[] };
+/**
+ * One, or several: most Services have one slice, most slices one port. The list of one was an array of
+ * its own (56 bytes); two of them a Service.
+ */
+type OneOrMore<T> = T | readonly T[];
+
+type SliceInfo = { readonly name: string; readonly ports: OneOrMore<SlicePort> };
+
+/** The items of `v` (a new array of one for one: read on changes, not per connection). */
+function itemsOf<T extends object>(v: OneOrMore<T>): readonly T[] {
+  return Array.isArray(v) ? (v as readonly T[]) : [v as T];
+}
+
+/** `list` as stored: its item when it has one. */
+function stored<T extends object>(list: readonly T[]): OneOrMore<T> {
+  return list.length === 1 ? list[0]! : list;
+}
 
 const NO_ENDPOINTS: readonly Endpoint[] = Object.freeze([]);
+const NO_SLICES: readonly SliceInfo[] = Object.freeze([]);
 
 export class EndpointSliceCache {
   readonly #nodeName: string;
   /** The slices of each Service, by name (merge order). */
-  readonly #services = new Map<ServiceKey, SliceInfo[]>();
+  readonly #services = new Map<ServiceKey, OneOrMore<SliceInfo>>();
   // `namespace/sliceName` → the Service it is stored under (the label could change between updates).
   readonly #owners = new Map<string, ServiceKey>();
   // An endpoint alike in several slices is one object: the same pods behind many Services cost once.
@@ -89,22 +106,21 @@ export class EndpointSliceCache {
     const changed: ServiceKey[] = [];
     const owner = this.#owners.get(id);
     if (owner !== undefined && owner !== service) changed.push(...this.delete(slice));
-    const slices = this.#services.get(service);
-    const at = slices === undefined ? 0 : indexOf(slices, sliceName);
-    const stored = slices?.[at];
-    if (stored?.name === sliceName) {
-      if (sameSliceInfo(stored, info)) {
+    const entry = this.#services.get(service);
+    const slices = entry === undefined ? NO_SLICES : itemsOf(entry);
+    const at = indexOf(slices, sliceName);
+    const old = slices[at];
+    if (old?.name === sliceName) {
+      if (sameSliceInfo(old, info)) {
         this.#release(info);
         return changed;
       }
-      this.#release(stored);
-      slices![at] = info;
+      this.#release(old);
+      if (slices.length === 1) this.#services.set(service, info);
+      else (slices as SliceInfo[])[at] = info;
     } else {
-      // A new list of its length (an insert into [] leaves room for 17).
-      this.#services.set(
-        service,
-        slices === undefined ? [info] : [...slices.slice(0, at), info, ...slices.slice(at)],
-      );
+      // A new list of its length (an insert into [] leaves room for 17); one slice is stored alone.
+      this.#services.set(service, stored([...slices.slice(0, at), info, ...slices.slice(at)]));
     }
     this.#owners.set(id, service);
     changed.push(service);
@@ -117,17 +133,17 @@ export class EndpointSliceCache {
     const owner = this.#owners.get(id);
     if (owner === undefined) return [];
     this.#owners.delete(id);
-    const slices = this.#services.get(owner)!;
+    const slices = itemsOf(this.#services.get(owner)!);
     const at = indexOf(slices, slice.metadata!.name!);
     this.#release(slices[at]!);
     if (slices.length === 1) this.#services.delete(owner);
-    else this.#services.set(owner, [...slices.slice(0, at), ...slices.slice(at + 1)]);
+    else this.#services.set(owner, stored([...slices.slice(0, at), ...slices.slice(at + 1)]));
     return [owner];
   }
 
   /** Lets the pool know the slice's lists are dropped. */
   #release(info: SliceInfo): void {
-    for (const port of info.ports) for (const ep of port.endpoints) this.#pool.release(ep);
+    for (const port of itemsOf(info.ports)) for (const ep of port.endpoints) this.#pool.release(ep);
   }
 
   /** Distinct endpoints (by key) the stored slices share. */
@@ -153,8 +169,8 @@ export class EndpointSliceCache {
     const namespace = service.slice(0, slash);
     const name = service.slice(slash + 1);
     // Slice-name order makes the choice between duplicates deterministic (kube-proxy's is map order).
-    for (const info of slices) {
-      for (const port of info.ports) {
+    for (const info of itemsOf(slices)) {
+      for (const port of itemsOf(info.ports)) {
         const key = servicePortKey(servicePortName(namespace, name, port.name), port.protocol);
         const merged = out.get(key);
         out.set(key, merged === undefined ? port.endpoints : mergeEndpoints(merged, port.endpoints));
@@ -220,7 +236,7 @@ function parseSlice(name: string, slice: EndpointSlice, nodeName: string, pool: 
       endpoints: endpointsAt(parsed, p.port, nodeName, pool),
     });
   }
-  return { name, ports: ports.slice() };
+  return { name, ports: stored(ports.slice()) };
 }
 
 /**
@@ -289,10 +305,12 @@ function isPort(v: unknown): v is number {
 }
 
 function sameSliceInfo(a: SliceInfo, b: SliceInfo): boolean {
-  if (a.ports.length !== b.ports.length) return false;
-  for (let i = 0; i < a.ports.length; i++) {
-    const x = a.ports[i]!;
-    const y = b.ports[i]!;
+  const as = itemsOf(a.ports);
+  const bs = itemsOf(b.ports);
+  if (as.length !== bs.length) return false;
+  for (let i = 0; i < as.length; i++) {
+    const x = as[i]!;
+    const y = bs[i]!;
     if (x.name !== y.name || x.protocol !== y.protocol || x.port !== y.port) return false;
     if (!sameSliceEndpoints(x.endpoints, y.endpoints)) return false;
   }

@@ -388,3 +388,38 @@ test('an endpoint with other conditions, node or hints in another slice stays it
   cache.update(slice('api-a', [ep('10.0.0.3')], { service: 'api' }));
   assert.equal(cache.endpoints(API).get(API_HTTP)![0], web[2]);
 });
+
+test('one slice, then three, then one again: each step merges what the Service has, in slice-name order', () => {
+  const cache = new EndpointSliceCache(NODE);
+  const GRPC = 'ns/web:grpc/TCP' as ServicePortKey;
+  const twoPorts = {
+    ports: [
+      { name: 'http', protocol: 'TCP' as const, port: 8080 },
+      { name: 'grpc', protocol: 'TCP' as const, port: 9090 },
+    ],
+  };
+  assert.deepEqual(cache.update(slice('web-b', [ep('10.0.0.2')])), [WEB]);
+  assert.deepEqual(keys(cache), { [HTTP]: ['10.0.0.2:8080'] });
+  cache.update(slice('web-c', [ep('10.0.0.3')], twoPorts));
+  cache.update(slice('web-a', [ep('10.0.0.1')]));
+  assert.deepEqual(keys(cache), {
+    [HTTP]: ['10.0.0.1:8080', '10.0.0.2:8080', '10.0.0.3:8080'],
+    [GRPC]: ['10.0.0.3:9090'],
+  });
+  // The same slice again is no change; the one in the middle replaced in place.
+  assert.deepEqual(cache.update(slice('web-c', [ep('10.0.0.3')], twoPorts)), []);
+  cache.update(slice('web-b', [ep('10.0.0.4')]));
+  assert.deepEqual(keys(cache)[HTTP], ['10.0.0.1:8080', '10.0.0.3:8080', '10.0.0.4:8080']);
+  assert.deepEqual(cache.delete(slice('web-a', [])), [WEB]);
+  assert.deepEqual(cache.delete(slice('web-c', [])), [WEB]);
+  assert.deepEqual(keys(cache), { [HTTP]: ['10.0.0.4:8080'] });
+  cache.update(slice('web-b', [ep('10.0.0.5')], twoPorts));
+  assert.deepEqual(keys(cache), { [HTTP]: ['10.0.0.5:8080'], [GRPC]: ['10.0.0.5:9090'] });
+  assert.deepEqual(cache.update(slice('web-b', [ep('10.0.0.5')], twoPorts)), [], 'two ports, unchanged');
+  cache.update(slice('web-b', [ep('10.0.0.5')]));
+  assert.deepEqual(keys(cache), { [HTTP]: ['10.0.0.5:8080'] }, 'back to one port');
+  cache.delete(slice('web-b', []));
+  assert.deepEqual(keys(cache), {});
+  assert.equal(cache.size, 0);
+  assert.equal(cache.pooledEndpoints, 0, 'every endpoint let go of');
+});
