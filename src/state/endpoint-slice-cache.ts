@@ -4,6 +4,7 @@
 import { flat } from '../lib/flat-string.ts';
 import { canonicalIP, ipFamilyOf } from '../lib/ip.ts';
 import { LABEL_SERVICE_NAME } from '../lib/kubernetes-labels.ts';
+import { itemsOf, keptAs, type OneOrMore } from '../lib/one-or-more.ts';
 import type { EndpointSlice, EndpointSliceEndpoint } from '../source/objects.ts';
 import { sameHints } from './categorize-endpoints.ts';
 import { type Endpoint, type EndpointKey, endpointKey } from './endpoint.ts';
@@ -59,23 +60,7 @@ type SlicePort = {
   readonly endpoints: readonly Endpoint[];
 };
 
-/**
- * One, or several: most Services have one slice, most slices one port. The list of one was an array of
- * its own (56 bytes); two of them a Service.
- */
-type OneOrMore<T> = T | readonly T[];
-
 type SliceInfo = { readonly name: string; readonly ports: OneOrMore<SlicePort> };
-
-/** The items of `v` (a new array of one for one: read on changes, not per connection). */
-function itemsOf<T extends object>(v: OneOrMore<T>): readonly T[] {
-  return Array.isArray(v) ? (v as readonly T[]) : [v as T];
-}
-
-/** `list` as stored: its item when it has one. */
-function stored<T extends object>(list: readonly T[]): OneOrMore<T> {
-  return list.length === 1 ? list[0]! : list;
-}
 
 const NO_ENDPOINTS: readonly Endpoint[] = Object.freeze([]);
 const NO_SLICES: readonly SliceInfo[] = Object.freeze([]);
@@ -120,7 +105,7 @@ export class EndpointSliceCache {
       else (slices as SliceInfo[])[at] = info;
     } else {
       // A new list of its length (an insert into [] leaves room for 17); one slice is stored alone.
-      this.#services.set(service, stored([...slices.slice(0, at), info, ...slices.slice(at)]));
+      this.#services.set(service, keptAs([...slices.slice(0, at), info, ...slices.slice(at)]));
     }
     this.#owners.set(id, service);
     changed.push(service);
@@ -137,7 +122,7 @@ export class EndpointSliceCache {
     const at = indexOf(slices, slice.metadata!.name!);
     this.#release(slices[at]!);
     if (slices.length === 1) this.#services.delete(owner);
-    else this.#services.set(owner, stored([...slices.slice(0, at), ...slices.slice(at + 1)]));
+    else this.#services.set(owner, keptAs([...slices.slice(0, at), ...slices.slice(at + 1)]));
     return [owner];
   }
 
@@ -236,7 +221,7 @@ function parseSlice(name: string, slice: EndpointSlice, nodeName: string, pool: 
       endpoints: endpointsAt(parsed, p.port, nodeName, pool),
     });
   }
-  return { name, ports: stored(ports.slice()) };
+  return { name, ports: keptAs(ports.slice()) };
 }
 
 /**

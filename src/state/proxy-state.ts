@@ -5,6 +5,7 @@
 
 import { ANNOTATION_LAST_CHANGE_TRIGGER_TIME, LABEL_TOPOLOGY_ZONE } from '../lib/kubernetes-labels.ts';
 import { type Note, NotesOnce } from '../lib/notes-once.ts';
+import { itemsOf, keptAs, type OneOrMore } from '../lib/one-or-more.ts';
 import type { ProxyHandlers } from '../source/handlers.ts';
 import type { EndpointSlice, Node, ObjectMeta, Service } from '../source/objects.ts';
 import { categorizeEndpoints, sameServicePortEndpoints } from './categorize-endpoints.ts';
@@ -36,6 +37,8 @@ export interface TimeSlices {
 }
 
 /** One checkout in progress: what it changed so far, and the Services whose endpoints it recomputes. */
+const NO_PORTS: readonly ServicePort[] = Object.freeze([]);
+
 type CheckoutWork = {
   readonly changedServicePorts: Set<ServicePortKey>;
   readonly changedEndpoints: Set<ServicePortKey>;
@@ -54,7 +57,8 @@ export class ProxyState implements ProxyHandlers {
 
   // The ports of every Service as of the last checkout. Its objects are not kept: a resync that delivers
   // the same object again makes the same ports, which cancel out as any change back does.
-  readonly #appliedPorts = new Map<ServiceKey, readonly ServicePort[]>();
+  /** The ports of each applied Service (most have one: kept alone, not in a list of one). */
+  readonly #appliedPorts = new Map<ServiceKey, OneOrMore<ServicePort>>();
   readonly #pendingServices = new Map<ServiceKey, ServiceChange>();
   readonly #slices: EndpointSliceCache;
   readonly #dirtyEndpoints = new Set<ServiceKey>();
@@ -216,7 +220,7 @@ export class ProxyState implements ProxyHandlers {
         if ((this.#endpoints.get(key)?.all.length ?? 0) > 0) work.changedEndpoints.add(key);
         this.#endpoints.delete(key);
       }
-      if (change.current.length > 0) this.#appliedPorts.set(service, change.current);
+      if (change.current.length > 0) this.#appliedPorts.set(service, keptAs(change.current));
       else this.#appliedPorts.delete(service);
       work.recompute.add(service);
     }
@@ -231,7 +235,7 @@ export class ProxyState implements ProxyHandlers {
 
   // The endpoints of one Service's ports, from the slices as they are now.
   #recompute(service: ServiceKey, work: CheckoutWork): void {
-    const ports = this.#appliedPorts.get(service) ?? [];
+    const ports = this.#applied(service);
     const merged = ports.length > 0 ? this.#slices.endpoints(service) : undefined;
     for (const port of ports) {
       const next = categorizeEndpoints(merged?.get(port.key) ?? [], port, {
@@ -267,6 +271,12 @@ export class ProxyState implements ProxyHandlers {
     if (this.#setServicePorts(key, ports)) this.#onChange();
   }
 
+  /** The applied ports of `service` ([] when none). */
+  #applied(service: ServiceKey): readonly ServicePort[] {
+    const ports = this.#appliedPorts.get(service);
+    return ports === undefined ? NO_PORTS : itemsOf(ports);
+  }
+
   #deleteService(key: ServiceKey): void {
     this.#notes.forget(key);
     if (this.#setServicePorts(key, [])) this.#onChange();
@@ -276,7 +286,7 @@ export class ProxyState implements ProxyHandlers {
   // when the latest ports equal them again. True when a change is pending for this Service.
   #setServicePorts(key: ServiceKey, ports: readonly ServicePort[]): boolean {
     const pending = this.#pendingServices.get(key);
-    const previous = pending?.previous ?? this.#appliedPorts.get(key) ?? [];
+    const previous = pending?.previous ?? this.#applied(key);
     if (sameServicePorts(previous, ports)) {
       this.#pendingServices.delete(key);
       return false;

@@ -500,3 +500,32 @@ test('a checkout is not kept by the state: its change sets go once the caller dr
   assert.equal(changedEndpoints.deref(), undefined, 'changedEndpoints collected');
   assert.equal(state.checkout().servicePorts.size, 1, 'the state itself is intact');
 });
+
+test('a Service from one port to two and back to one: each step changes only the port that came or went', () => {
+  const { state, intake } = setup();
+  const one = svc('web');
+  const two = svc('web', {
+    ports: [
+      { name: 'http', protocol: 'TCP', port: 80 },
+      { name: 'dns', protocol: 'UDP', port: 53 },
+    ],
+  });
+  intake.onServiceAdd(one);
+  intake.onEndpointSliceAdd(slice('web-a', 'web', ['10.0.0.1']));
+  state.checkout();
+  intake.onServiceUpdate(one, two);
+  const s1 = state.checkout();
+  assert.deepEqual(sorted(s1.changedServicePorts), [key('web', 'dns', 'UDP')]);
+  assert.deepEqual(eps(s1, key('web')), ['10.0.0.1:8080'], 'the first port keeps its endpoints');
+  // Back and forth before a checkout: no change at all.
+  intake.onServiceUpdate(two, one);
+  intake.onServiceUpdate(one, two);
+  assert.equal(state.pendingServiceChanges, 0);
+  intake.onServiceUpdate(two, one);
+  const s2 = state.checkout();
+  assert.deepEqual(sorted(s2.changedServicePorts), [key('web', 'dns', 'UDP')]);
+  assert.deepEqual([...s2.servicePorts.keys()], [key('web')]);
+  assert.deepEqual(eps(s2, key('web')), ['10.0.0.1:8080']);
+  intake.onServiceDelete(one);
+  assert.deepEqual(sorted(state.checkout().changedServicePorts), [key('web')]);
+});
