@@ -45,7 +45,10 @@ export class ReplicaSource implements SnapshotSource {
     // Keyed by the service port's own key string: each key came over the channel as a copy of its own.
     for (const [key, sp] of table.servicePorts) {
       if (sp === null) this.#all.delete(key);
-      else this.#all.set(sp.key, sp);
+      else {
+        this.#all.set(sp.key, sp);
+        this.#rekeyEndpoints(sp.key);
+      }
       this.#changedServicePorts.add(this.#keyOf(key));
     }
     for (const [key, eps] of table.endpoints) {
@@ -54,6 +57,18 @@ export class ReplicaSource implements SnapshotSource {
       this.#changedEndpoints.add(this.#keyOf(key));
     }
     if (table.ports !== undefined) this.#setPorts(table.ports, table.full);
+  }
+
+  /**
+   * Endpoints that came before their service port (the main process sends them as its balancers get
+   * them, before the sync's service ports) are keyed by a copy of the key of their own (40 bytes a port):
+   * keyed again by the service port's own string. A Map keeps the first key it was set with.
+   */
+  #rekeyEndpoints(key: ServicePortKey): void {
+    const eps = this.#endpoints.get(key);
+    if (eps === undefined) return;
+    this.#endpoints.delete(key);
+    this.#endpoints.set(key, eps);
   }
 
   /** `key` as its service port's own string when the service port is known. */
@@ -72,13 +87,14 @@ export class ReplicaSource implements SnapshotSource {
       for (const [key, port] of this.ports) if (all.get(key) !== port) moved.add(servicePortKeyOf(key));
       for (const [key, port] of all) if (this.ports.get(key) !== port) moved.add(servicePortKeyOf(key));
       this.ports.clear();
-      for (const [key, port] of all) if (port !== null) this.ports.set(key, port);
+      for (const [key, port] of all)
+        if (port !== null) this.ports.set(this.#keyOf(key as ServicePortKey), port);
     } else {
       for (const [key, port] of ports) {
         if ((this.ports.get(key) ?? null) === port) continue;
         moved.add(servicePortKeyOf(key));
         if (port === null) this.ports.delete(key);
-        else this.ports.set(key, port);
+        else this.ports.set(this.#keyOf(key as ServicePortKey), port);
       }
     }
     for (const key of moved) this.#changedServicePorts.add(key);

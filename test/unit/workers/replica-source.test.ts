@@ -1,5 +1,9 @@
 import assert from 'node:assert/strict';
+import { readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
+import { writeHeapSnapshot } from 'node:v8';
 import type { ServicePortEndpoints } from '../../../src/state/endpoint.ts';
 import type { ServicePortKey } from '../../../src/state/service-port.ts';
 import { ReplicaSource, servicePortKeyOf } from '../../../src/workers/replica-source.ts';
@@ -139,4 +143,46 @@ test('a full table replaces what was there (a worker that restarted, or a reset)
   const s = r.checkout();
   assert.deepEqual([...s.servicePorts.keys()], [dns.key]);
   assert.deepEqual(keys(s.changedServicePorts), [dns.key, web.key].sort());
+});
+
+/** How many strings with exactly this text are alive (a heap snapshot of this process). */
+function copiesOf(text: string): number {
+  const file = writeHeapSnapshot(join(tmpdir(), `replica-${process.pid}.heapsnapshot`));
+  const snapshot = JSON.parse(readFileSync(file, 'utf8'));
+  rmSync(file);
+  const { node_fields: fields, node_types: types } = snapshot.snapshot.meta;
+  const typeAt = fields.indexOf('type');
+  const nameAt = fields.indexOf('name');
+  const stringType = types[0].indexOf('string');
+  let n = 0;
+  for (let i = 0; i < snapshot.nodes.length; i += fields.length)
+    if (snapshot.nodes[i + typeAt] === stringType && snapshot.strings[snapshot.nodes[i + nameAt]] === text)
+      n++;
+  return n;
+}
+
+test('endpoints and ports that came before their service port end up keyed by its own key string', () => {
+  const r = new ReplicaSource();
+  const name = `web-${Math.random().toString(36).slice(2)}`;
+  const sp = portal('default', name, 'http').servicePort;
+  // As the channel delivers them: each message a copy of its own (the endpoints first, as the main
+  // process sends them when its balancers have them, then the sync's service ports and ports).
+  r.apply(structuredClone({ t: 'table', full: true, servicePorts: [], endpoints: [], ports: [] }));
+  r.apply(
+    structuredClone({ t: 'table', full: false, servicePorts: [], endpoints: [[sp.key, eps('10.244.0.10')]] }),
+  );
+  r.apply(
+    structuredClone({
+      t: 'table',
+      full: false,
+      servicePorts: [[sp.key, sp]],
+      endpoints: [],
+      ports: [[sp.key, 40000]],
+    }),
+  );
+  assert.equal(r.checkout().endpoints.get(sp.key)?.cluster[0]?.ip, '10.244.0.10');
+  assert.equal(r.ports.get(sp.key), 40000);
+  r.checkout(); // the last checkout's change sets (what this test is not about) are let go
+  // This test's own `sp` and the replica's service port: two. Before: the endpoints' and the port's copies too.
+  assert.equal(copiesOf(sp.key), 2);
 });
