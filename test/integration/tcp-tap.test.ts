@@ -442,3 +442,40 @@ test("while tapped, the endpoint's FIN still reaches the client with its answer,
   for (const types of byId.values())
     assert.deepEqual(types, ['opened', 'http-request', 'http-response', 'closed']);
 });
+
+test('with a PROXY protocol header, a traced connection is handed over with the tap once the header is out', async (t) => {
+  const o = offload();
+  let atEndpoint = '';
+  const pod = await endpoint(t, (s) =>
+    s.on('data', (d) => {
+      atEndpoint += d;
+      if (atEndpoint.endsWith('hello')) s.write('world');
+    }),
+  );
+  const context = makeContext([ep('127.0.0.12', pod.port)]);
+  context.proxyProtocol = {
+    version: 'v1',
+    clusterIPs: { IPv4: '10.96.0.10', IPv6: '' },
+    port: 80,
+    nodePort: 0,
+  };
+  const seen: string[] = [];
+  context.observer = {
+    wantsData: true,
+    opened() {},
+    clientData: (_c, chunk) => seen.push(`client ${chunk}`) > 0,
+    endpointData: (_c, chunk) => seen.push(`endpoint ${chunk}`) > 0,
+    closed() {},
+  };
+  const listener = await listen(t, context, o);
+  const tapped = o.tapped;
+  const c = connect(listener.port);
+  t.after(() => c.destroy());
+  await new Promise((r) => c.once('connect', r));
+  await waitFor(() => o.tapped === tapped + 1, 2000, 'the hand-over with the tap');
+  assert.equal(await reply(c, 'hello'), 'world');
+  assert.match(atEndpoint, /^PROXY TCP4 127\.0\.0\.1 127\.0\.0\.1 \d+ \d+\r\nhello$/);
+  // The sniffer sees the client's bytes and the endpoint's, never the header we wrote.
+  assert.deepEqual(seen, ['client hello', 'endpoint world']);
+  assert.ok([...listener.connections][0]!.relay >= 0);
+});
