@@ -486,6 +486,15 @@ static int32_t int_arg(napi_env env, napi_value v) {
   return out;
 }
 
+// A timeout in ms: as Node's timers take one (a socket's setTimeout), at most 2^31 - 1 (24.8 days);
+// napi_get_value_int32 would keep the low 32 bits of a longer one (2^32 + 300 ms: 300 ms).
+static uint32_t ms_arg(napi_env env, napi_value v) {
+  double ms = 0;
+  napi_get_value_double(env, v, &ms);
+  if (!(ms > 0)) return 0;
+  return ms < 2147483647.0 ? (uint32_t)ms : 2147483647u;
+}
+
 static napi_value int_result(napi_env env, int32_t value) {
   napi_value out;
   napi_create_int32(env, value, &out);
@@ -541,10 +550,10 @@ static napi_value Start(napi_env env, napi_callback_info info) {
     return int_result(env, -ENOMEM);
   }
   napi_create_reference(env, argv[2], 1, &r->owner);
-  r->idleMs = (uint32_t)int_arg(env, argv[3]);
-  r->halfCloseMs = (uint32_t)int_arg(env, argv[4]);
-  r->stallMs = (uint32_t)int_arg(env, argv[5]);
-  r->stallCheckMs = (uint32_t)int_arg(env, argv[6]);
+  r->idleMs = ms_arg(env, argv[3]);
+  r->halfCloseMs = ms_arg(env, argv[4]);
+  r->stallMs = ms_arg(env, argv[5]);
+  r->stallCheckMs = ms_arg(env, argv[6]);
   r->lastActivity = uv_now(g_loop);
   for (i = 0; i < 2; i++) {
     side_t* s = &r->sides[i];

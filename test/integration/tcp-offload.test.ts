@@ -290,6 +290,19 @@ for (const mode of MODES) {
     assert.equal(closed[1]!.closeReason, 'half-close-timeout');
   });
 
+  test(`${mode.name}: an idle timeout past 2^32 ms is a long one, not its low 32 bits`, async (t) => {
+    const pod = await endpoint(t, (s) => s.on('data', (d) => s.write(d)));
+    // 2^32 + 300 ms: kept as its low 32 bits it would be 300 ms. Node's timers cap it at 2^31 - 1 ms.
+    const { listener, closed } = await relay(t, pod.port, mode, { idleTimeoutMs: 2 ** 32 + 300 });
+    const c = connect(listener.port);
+    t.after(() => c.destroy());
+    c.write('ping');
+    assert.equal(String(await new Promise((r) => c.once('data', r))), 'ping');
+    await delay(700);
+    assert.equal(closed.length, 0, 'still open');
+    assert.equal(listener.connections.size, 1);
+  });
+
   test(`${mode.name}: without a half-close timeout, the idle timeout still closes a half-closed connection`, async (t) => {
     const pod = await endpoint(t, (s) => s.on('error', () => {}), true);
     const { listener, closed } = await relay(t, pod.port, mode, {
