@@ -27,7 +27,8 @@ static napi_value int_result(napi_env env, int32_t value) {
 }
 
 // peekEnd(fd): 1 when the next read returns end of stream (the peer's FIN is queued and no byte is before
-// it), 0 when bytes are waiting or nothing has come, -errno on an error (a reset, a bad fd).
+// it), 0 when bytes are waiting or nothing has come, -errno on an error (a reset, a bad fd). A pending
+// socket error (ECONNRESET) is taken by the peek, as by a read: the caller is the only one to hear of it.
 static napi_value PeekEnd(napi_env env, napi_callback_info info) {
   int32_t fd = fd_arg(env, info, NULL);
   if (fd < 0) return int_result(env, -EBADF);
