@@ -729,10 +729,10 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
   r->sides[CLIENT].fd = fd;
   r->sides[UPSTREAM].fd = upstreamFd;
   napi_create_reference(env, argv[3], 1, &r->owner);
-  r->idleMs = (uint32_t)int_arg(env, argv[5]);
-  r->halfCloseMs = (uint32_t)int_arg(env, argv[6]);
-  r->stallMs = (uint32_t)int_arg(env, argv[7]);
-  r->stallCheckMs = (uint32_t)int_arg(env, argv[8]);
+  r->idleMs = ms_arg(env, argv[5]);
+  r->halfCloseMs = ms_arg(env, argv[6]);
+  r->stallMs = ms_arg(env, argv[7]);
+  r->stallCheckMs = ms_arg(env, argv[8]);
   for (int i = 0; i < 2; i++) {
     side_t* s = &r->sides[i];
     s->relay = r;
@@ -743,7 +743,7 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
   uv_timer_init(g_loop, &r->timer);
   uv_unref((uv_handle_t*)&r->timer);
   r->timer.data = r;
-  start_connect(r, &addr, len, (uint32_t)int_arg(env, argv[4]));
+  start_connect(r, &addr, len, ms_arg(env, argv[4]));
   return int_result(env, r->slot);
 }
 
@@ -769,7 +769,7 @@ static napi_value Redial(napi_env env, napi_callback_info info) {
   err = errno;
   close(fd);
   if (rc < 0) fail_next_turn(r, err);
-  else start_connect(r, &addr, len, (uint32_t)int_arg(env, argv[3]));
+  else start_connect(r, &addr, len, ms_arg(env, argv[3]));
   return int_result(env, 0);
 }
 
