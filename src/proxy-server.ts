@@ -109,6 +109,8 @@ export class ProxyServer {
    * delta names only the next checkout's), so the next sync that succeeds sends them the whole table.
    */
   #workersBehind = false;
+  /** The workers were started (after the first sync: #startWorkers). */
+  #workersStarted = false;
   // After the cold start's sync (and any other that opened or closed many listeners), malloc's free pages go back.
   readonly #trimmer = new MallocTrimmer(processMallocTrim().calls);
   /** The workers' counters as of the last request that read them, by service port. */
@@ -265,6 +267,7 @@ export class ProxyServer {
           this.metrics.lastSync.set(now / 1000);
           await this.#syncServiceHealth();
           this.#trimmer.afterSync(result);
+          this.#startWorkers();
         },
         onEndpointsApplied: (snapshot) => {
           // Health check node ports report local endpoints: only theirs need a look.
@@ -278,12 +281,24 @@ export class ProxyServer {
         },
         onSyncFailed: (err) => {
           this.#workersBehind = this.workers !== undefined;
+          this.#startWorkers();
           if (err instanceof ProxyError && err.code === 'KUP_ERR_IPTABLES_RESTORE')
             this.metrics.iptablesRestoreFailures.inc();
         },
       },
     );
     this.runner = this.syncLoop.runner;
+  }
+
+  /**
+   * The workers start once the first sync has ended (this process serves every port meanwhile): a
+   * worker's start (Node's own, then its copy of the table and a listener for every port) would otherwise
+   * take the node's cores from the cold start's list, sync and listeners. It is sent the whole table.
+   */
+  #startWorkers(): void {
+    if (this.#workersStarted || this.workers === undefined) return;
+    this.#workersStarted = true;
+    this.workers.start();
   }
 
   /**
@@ -508,7 +523,6 @@ export class ProxyServer {
             this.log.warn('IPv6 is not available; listening on IPv4 only');
             this.proxier.setListenHost('0.0.0.0');
           }
-          this.workers?.start();
         },
         // Stops accepting; established connections finish within the grace period, then are torn down;
         // the workers drain alike, at the same time.

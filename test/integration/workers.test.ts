@@ -396,3 +396,17 @@ test('--workers 2: an endpoint one process ejects is skipped by every process', 
     'both processes served',
   );
 });
+
+test('--workers 2: the worker starts once the main process has synced and serves every port, not during the cold start', async (t) => {
+  const port = await backend(t, '127.0.0.53', 'a');
+  const proxy = await startProxy(t, [
+    service('early', '10.96.0.40', [{ name: 'p', port: 80, targetPort: port }]),
+    slice('early', 'early-1', [{ ip: '127.0.0.53' }], [{ name: 'p', port }]),
+  ]);
+  await bothOpened(proxy, 'default/early:p/TCP');
+  const opened = proxy.lines.findIndex((l) => l.msg === 'Opened service port' && l.worker === undefined);
+  const started = proxy.lines.findIndex((l) => l.msg === 'Worker started');
+  assert.ok(opened >= 0 && started >= 0);
+  // Its start (Node's own, its copy of the table, a listener a port) no longer competes with the cold start.
+  assert.ok(opened < started, 'the main process opened its listeners before the worker was started');
+});
