@@ -226,8 +226,14 @@ static napi_value Listen(napi_env env, napi_callback_info info) {
     return int_result(env, -(err != 0 ? err : ENOMEM));
   }
   l->fd = fd;
+  // epoll may refuse it (the per-user watch limit): an error as bind's, not a poll that was never made.
+  err = uv_poll_init_socket(g_loop, &l->poll, fd);
+  if (err != 0) {
+    free(l);
+    close(fd);
+    return int_result(env, err);
+  }
   napi_create_reference(env, argv[0], 1, &l->owner);
-  uv_poll_init_socket(g_loop, &l->poll, fd);
   uv_poll_start(&l->poll, UV_READABLE, on_poll);
   napi_value out;
   napi_create_external(env, l, on_collected, NULL, &out);

@@ -521,6 +521,34 @@ static napi_value Setup(napi_env env, napi_callback_info info) {
 
 // start(clientFd, upstreamFd, owner, idleMs, halfCloseMs, stallMs, stallCheckMs): the relay's slot
 // (>= 0), or -errno. The caller's descriptors are left to it (it closes them).
+// A relay whose second poll could not be made: freed once its first one is closed.
+static void free_relay(uv_handle_t* handle) {
+  free(handle->data);
+}
+
+// Both sides' polls, once their descriptors are set; 0, or -errno when epoll cannot watch one (a
+// descriptor of no socket, the per-user watch limit, one libuv watches already). Then nothing of the
+// relay is left (it is freed, at once or once its first poll is closed) but its descriptors, which the
+// caller closes (or keeps).
+static int init_polls(relay_t* r) {
+  for (int i = 0; i < 2; i++) {
+    side_t* s = &r->sides[i];
+    s->relay = r;
+    s->side = i;
+    int err = uv_poll_init_socket(g_loop, &s->poll, s->fd);
+    if (err != 0) {
+      if (i == 0) free(r);
+      else {
+        r->sides[0].poll.data = r;
+        uv_close((uv_handle_t*)&r->sides[0].poll, free_relay);
+      }
+      return err;
+    }
+    s->poll.data = r;
+  }
+  return 0;
+}
+
 static napi_value Start(napi_env env, napi_callback_info info) {
   size_t argc = 7;
   napi_value argv[7];
@@ -549,19 +577,21 @@ static napi_value Start(napi_env env, napi_callback_info info) {
     free(r);
     return int_result(env, -ENOMEM);
   }
+  int32_t slot = r->slot;
+  int dups[2] = {r->sides[0].fd, r->sides[1].fd};
+  int err = init_polls(r);
+  if (err != 0) {
+    slot_free(slot);
+    close(dups[0]);
+    close(dups[1]);
+    return int_result(env, err);
+  }
   napi_create_reference(env, argv[2], 1, &r->owner);
   r->idleMs = ms_arg(env, argv[3]);
   r->halfCloseMs = ms_arg(env, argv[4]);
   r->stallMs = ms_arg(env, argv[5]);
   r->stallCheckMs = ms_arg(env, argv[6]);
   r->lastActivity = uv_now(g_loop);
-  for (i = 0; i < 2; i++) {
-    side_t* s = &r->sides[i];
-    s->relay = r;
-    s->side = i;
-    uv_poll_init_socket(g_loop, &s->poll, s->fd);
-    s->poll.data = r;
-  }
   uv_timer_init(g_loop, &r->timer);
   // Never holds the process by itself (the polls do, as the sockets did).
   uv_unref((uv_handle_t*)&r->timer);
@@ -726,20 +756,22 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
     free(r);
     return int_result(env, -ENOMEM);
   }
+  int32_t slot = r->slot;
   r->sides[CLIENT].fd = fd;
   r->sides[UPSTREAM].fd = upstreamFd;
+  err = init_polls(r);
+  if (err != 0) {
+    // The client's descriptor stays the caller's (it relays it in JavaScript), the listener's too.
+    slot_free(slot);
+    if (!take) close(fd);
+    close(upstreamFd);
+    return int_result(env, err);
+  }
   napi_create_reference(env, argv[3], 1, &r->owner);
   r->idleMs = ms_arg(env, argv[5]);
   r->halfCloseMs = ms_arg(env, argv[6]);
   r->stallMs = ms_arg(env, argv[7]);
   r->stallCheckMs = ms_arg(env, argv[8]);
-  for (int i = 0; i < 2; i++) {
-    side_t* s = &r->sides[i];
-    s->relay = r;
-    s->side = i;
-    uv_poll_init_socket(g_loop, &s->poll, s->fd);
-    s->poll.data = r;
-  }
   uv_timer_init(g_loop, &r->timer);
   uv_unref((uv_handle_t*)&r->timer);
   r->timer.data = r;

@@ -5,6 +5,7 @@
 // and half-close timeouts, a shutdown, and what the observer hears at the close.
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, openSync } from 'node:fs';
 import net from 'node:net';
 import { test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -338,3 +339,39 @@ for (const mode of MODES) {
     assert.equal(context.stats.bytesFromClients, 10);
   });
 }
+
+test('descriptors epoll cannot watch: start() and dial() say so and leave nothing behind, the process goes on', async () => {
+  const o = offload();
+  // Regular files: epoll refuses them (EPERM), as it would a socket past the per-user watch limit.
+  const a = openSync(import.meta.filename, 'r');
+  const b = openSync(import.meta.filename, 'r');
+  try {
+    const active = o.calls.active();
+    assert.ok(o.calls.start(a, b, {}, 0, 0, 0, 0) < 0, 'start() refuses them (it crashed on the poll)');
+    const dial = o.dial!;
+    assert.ok(dial.dial(a, '127.0.0.1', 9, {}, 1000, 0, 0, 0, 0) < 0, 'dial() too');
+    assert.equal(o.calls.active(), active, 'no relay left running');
+    // The relay still works (the slots it took are free again).
+    const pod = await tcpServer('127.0.0.12', (s) => s.on('data', (d) => s.write(d)));
+    try {
+      const context = makeContext([ep('127.0.0.12', pod.port)]);
+      context.observer = { wantsData: false, opened() {}, closed() {} };
+      const listener = new TcpListener(context, DEFAULT_TCP_OPTIONS, { log, tcpOffload: o });
+      await listener.listen('127.0.0.1', 0);
+      try {
+        const c = net.connect({ host: '127.0.0.1', port: listener.port });
+        c.write('ping');
+        const [echo] = (await Promise.all([new Promise((r) => c.once('data', r))])) as Buffer[];
+        assert.equal(String(echo), 'ping');
+        c.destroy();
+      } finally {
+        listener.destroy();
+      }
+    } finally {
+      await pod.close();
+    }
+  } finally {
+    closeSync(a);
+    closeSync(b);
+  }
+});
