@@ -4,9 +4,8 @@
 // (docs/performance-findings.md). native/malloc_trim.c (built by `npm run build` into
 // build/native/malloc_trim.node) calls malloc_trim(3). Without it the process keeps those pages, as
 // before; KUP_MALLOC_TRIM=off turns it off.
-import { createRequire } from 'node:module';
-import path from 'node:path';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
+import { type AddonSupport, loadAddon } from './native-addon.ts';
 
 /** native/malloc_trim.c */
 export interface MallocTrimCalls {
@@ -14,29 +13,11 @@ export interface MallocTrimCalls {
   trim(): number;
 }
 
-export type MallocTrimSupport =
-  | { calls: MallocTrimCalls; error?: undefined }
-  | { calls?: undefined; error: string };
+export type MallocTrimSupport = AddonSupport<MallocTrimCalls>;
 
 /** Loads the addon once per process; the error says why it is not there. */
 export function loadMallocTrim(env: NodeJS.ProcessEnv = process.env): MallocTrimSupport {
-  if (env.KUP_MALLOC_TRIM === 'off') return { error: 'turned off (KUP_MALLOC_TRIM=off)' };
-  if (process.platform !== 'linux') return { error: `not built for ${process.platform}` };
-  // src/lib/ and dist/lib/ are both two levels below the package root.
-  const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'malloc_trim.node');
-  try {
-    const calls = createRequire(import.meta.url)(file) as MallocTrimCalls;
-    if (typeof calls.trim !== 'function') return { error: `${file} is not the malloc_trim addon` };
-    return { calls };
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    return {
-      error:
-        code === 'MODULE_NOT_FOUND' || code === 'ERR_DLOPEN_FAILED'
-          ? `${file} not built (npm run build; needs a C compiler): ${(err as Error).message.split('\n')[0]}`
-          : `${file}: ${(err as Error).message}`,
-    };
-  }
+  return loadAddon<MallocTrimCalls>('malloc_trim', 'KUP_MALLOC_TRIM', ['trim'], env);
 }
 
 let processSupport: MallocTrimSupport | undefined;

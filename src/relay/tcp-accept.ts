@@ -7,9 +7,8 @@
 // itself, or wraps it in a net.Socket for the JavaScript relay (a sniffer, a PROXY protocol header). It
 // also saves the net.Server of every idle service port. Without the addon (or with KUP_TCP_ACCEPT=off)
 // a net.Server listens, as before.
-import { createRequire } from 'node:module';
-import path from 'node:path';
 import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
+import { type AddonSupport, loadAddon } from '../lib/native-addon.ts';
 
 /** native/tcp_listen.c. A listener is an opaque handle (an external). */
 export interface TcpListenCalls {
@@ -37,30 +36,16 @@ export interface TcpListenCalls {
   closeFd(fd: number, reset: number): number;
 }
 
-export type TcpAcceptSupport =
-  | { calls: TcpListenCalls; error?: undefined }
-  | { calls?: undefined; error: string };
+export type TcpAcceptSupport = AddonSupport<TcpListenCalls>;
 
 /** Loads the addon once per process; the error says why it is not there. */
 export function loadTcpAccept(env: NodeJS.ProcessEnv = process.env): TcpAcceptSupport {
-  if (env.KUP_TCP_ACCEPT === 'off') return { error: 'turned off (KUP_TCP_ACCEPT=off)' };
-  if (process.platform !== 'linux') return { error: `not built for ${process.platform}` };
-  // src/relay/ and dist/relay/ are both two levels below the package root.
-  const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'tcp_listen.node');
-  try {
-    const calls = createRequire(import.meta.url)(file) as TcpListenCalls;
-    for (const name of ['setup', 'listen', 'port', 'close', 'localName', 'closeFd'] as const)
-      if (typeof calls[name] !== 'function') return { error: `${file} is not the tcp_listen addon` };
-    return { calls };
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    return {
-      error:
-        code === 'MODULE_NOT_FOUND' || code === 'ERR_DLOPEN_FAILED'
-          ? `${file} not built (npm run build; needs a C compiler): ${(err as Error).message.split('\n')[0]}`
-          : `${file}: ${(err as Error).message}`,
-    };
-  }
+  return loadAddon<TcpListenCalls>(
+    'tcp_listen',
+    'KUP_TCP_ACCEPT',
+    ['setup', 'listen', 'port', 'close', 'localName', 'closeFd'],
+    env,
+  );
 }
 
 let processSupport: TcpAcceptSupport | undefined;

@@ -8,9 +8,8 @@
 // JavaScript has no peek, no TCP_CORK and no synchronous shutdown: native/tcp_fin.c (built by
 // `npm run build` into build/native/tcp_fin.node) has those three calls. Without it the relay works as
 // before, its FIN later. KUP_TCP_FIN=off turns it off (the benchmark compares both).
-import { createRequire } from 'node:module';
 import type net from 'node:net';
-import path from 'node:path';
+import { type AddonSupport, loadAddon } from '../lib/native-addon.ts';
 
 /** native/tcp_fin.c: each takes a descriptor libuv owns and returns 0 / 1, or -errno. */
 export interface TcpFinCalls {
@@ -22,35 +21,14 @@ export interface TcpFinCalls {
   setCork(fd: number, on: number): number;
 }
 
-export type TcpFinSupport = { calls: TcpFinCalls; error?: undefined } | { calls?: undefined; error: string };
+export type TcpFinSupport = AddonSupport<TcpFinCalls>;
 
 /** A read that filled Node's whole buffer (64 KiB): more is waiting, so no FIN can be next. */
 const FULL_READ = 65_536;
 
 /** Loads the addon once per process; the error says why it is not there. */
 export function loadTcpFin(env: NodeJS.ProcessEnv = process.env): TcpFinSupport {
-  if (env.KUP_TCP_FIN === 'off') return { error: 'turned off (KUP_TCP_FIN=off)' };
-  if (process.platform !== 'linux') return { error: `not built for ${process.platform}` };
-  // src/relay/ and dist/relay/ are both two levels below the package root.
-  const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'tcp_fin.node');
-  try {
-    const calls = createRequire(import.meta.url)(file) as TcpFinCalls;
-    if (
-      typeof calls.peekEnd !== 'function' ||
-      typeof calls.shutdownWrite !== 'function' ||
-      typeof calls.setCork !== 'function'
-    )
-      return { error: `${file} is not the tcp_fin addon` };
-    return { calls };
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    return {
-      error:
-        code === 'MODULE_NOT_FOUND' || code === 'ERR_DLOPEN_FAILED'
-          ? `${file} not built (npm run build; needs a C compiler): ${(err as Error).message.split('\n')[0]}`
-          : `${file}: ${(err as Error).message}`,
-    };
-  }
+  return loadAddon<TcpFinCalls>('tcp_fin', 'KUP_TCP_FIN', ['peekEnd', 'shutdownWrite', 'setCork'], env);
 }
 
 let processSupport: TcpFinSupport | undefined;

@@ -21,9 +21,8 @@
 // read buffer, until the sniffer is done. Two sockets and their streams cost an idle traced keep-alive
 // connection ~4 KiB, and Node's streams ~10 % of a short traced connection's CPU (issue 14). With
 // KUP_TCP_TAP=off a sniffed connection stays in JavaScript until its sniffer is done, as before.
-import { createRequire } from 'node:module';
-import path from 'node:path';
 import { getSystemErrorName } from 'node:util';
+import { type AddonSupport, loadAddon } from '../lib/native-addon.ts';
 import type { CloseReason } from './close-reason.ts';
 
 /** native/tcp_relay.c. Slots are small integers, reused once a relay has ended. */
@@ -107,9 +106,7 @@ export function connectError(status: number, ip: string, port: number): NodeJS.E
   return err;
 }
 
-export type TcpOffloadSupport =
-  | { calls: TcpRelayCalls; error?: undefined }
-  | { calls?: undefined; error: string };
+export type TcpOffloadSupport = AddonSupport<TcpRelayCalls>;
 
 /** The native reason codes, in order (native/tcp_relay.c's R_*). */
 const REASONS: readonly CloseReason[] = [
@@ -131,34 +128,12 @@ export function closeReasonOf(code: number): CloseReason {
 
 /** Loads the addon once per process; the error says why it is not there. */
 export function loadTcpOffload(env: NodeJS.ProcessEnv = process.env): TcpOffloadSupport {
-  if (env.KUP_TCP_OFFLOAD === 'off') return { error: 'turned off (KUP_TCP_OFFLOAD=off)' };
-  if (process.platform !== 'linux') return { error: `not built for ${process.platform}` };
-  // src/relay/ and dist/relay/ are both two levels below the package root.
-  const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'tcp_relay.node');
-  try {
-    const calls = createRequire(import.meta.url)(file) as TcpRelayCalls;
-    for (const name of [
-      'setup',
-      'start',
-      'counts',
-      'abort',
-      'keepAlive',
-      'held',
-      'active',
-      'setupTap',
-      'tap',
-    ] as const)
-      if (typeof calls[name] !== 'function') return { error: `${file} is not the tcp_relay addon` };
-    return { calls };
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    return {
-      error:
-        code === 'MODULE_NOT_FOUND' || code === 'ERR_DLOPEN_FAILED'
-          ? `${file} not built (npm run build; needs a C compiler): ${(err as Error).message.split('\n')[0]}`
-          : `${file}: ${(err as Error).message}`,
-    };
-  }
+  return loadAddon<TcpRelayCalls>(
+    'tcp_relay',
+    'KUP_TCP_OFFLOAD',
+    ['setup', 'start', 'counts', 'abort', 'keepAlive', 'held', 'active', 'setupTap', 'tap'],
+    env,
+  );
 }
 
 let processSupport: TcpOffloadSupport | undefined;

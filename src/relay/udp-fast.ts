@@ -13,9 +13,8 @@
 // (expiry, caps, close, /debug/connections). An upstream error comes back as dgram's 'error' would.
 // Without the addon everything stays in JavaScript; KUP_UDP_FAST=off turns it off.
 import type dgram from 'node:dgram';
-import { createRequire } from 'node:module';
-import path from 'node:path';
 import { getSystemErrorName } from 'node:util';
+import { type AddonSupport, loadAddon } from '../lib/native-addon.ts';
 
 /** A listener or a session as the addon knows it (an external: opaque, not to be used once closed). */
 export type FastHandle = object;
@@ -38,32 +37,13 @@ export interface UdpFastCalls {
   close(listener: FastHandle): number;
 }
 
-export type UdpFastSupport =
-  | { calls: UdpFastCalls; error?: undefined }
-  | { calls?: undefined; error: string };
+export type UdpFastSupport = AddonSupport<UdpFastCalls>;
 
 const CALLS = ['open', 'add', 'stats', 'remove', 'bypassed', 'close'] as const;
 
 /** Loads the addon once per process; the error says why it is not there. */
 export function loadUdpFast(env: NodeJS.ProcessEnv = process.env): UdpFastSupport {
-  if (env.KUP_UDP_FAST === 'off') return { error: 'turned off (KUP_UDP_FAST=off)' };
-  if (process.platform !== 'linux') return { error: `not built for ${process.platform}` };
-  // src/relay/ and dist/relay/ are both two levels below the package root.
-  const file = path.resolve(import.meta.dirname, '..', '..', 'build', 'native', 'udp_fast.node');
-  try {
-    const calls = createRequire(import.meta.url)(file) as UdpFastCalls;
-    if (CALLS.some((name) => typeof calls[name] !== 'function'))
-      return { error: `${file} is not the udp_fast addon` };
-    return { calls };
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    return {
-      error:
-        code === 'MODULE_NOT_FOUND' || code === 'ERR_DLOPEN_FAILED'
-          ? `${file} not built (npm run build; needs a C compiler): ${(err as Error).message.split('\n')[0]}`
-          : `${file}: ${(err as Error).message}`,
-    };
-  }
+  return loadAddon<UdpFastCalls>('udp_fast', 'KUP_UDP_FAST', CALLS, env);
 }
 
 let processSupport: UdpFastSupport | undefined;
