@@ -24,6 +24,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "sockaddr_js.h"
+
 // Connections accepted per wake at most, so that one busy port does not hold the loop.
 #define ACCEPT_BATCH 128
 
@@ -56,17 +58,8 @@ static void call(listener_t* l, napi_ref fn_ref, size_t argc, napi_value* argv) 
 }
 
 static void notify_accept(listener_t* l, int fd, const struct sockaddr_storage* addr) {
-  char text[INET6_ADDRSTRLEN] = "";
-  int port = 0;
-  if (addr->ss_family == AF_INET6) {
-    const struct sockaddr_in6* a6 = (const struct sockaddr_in6*)addr;
-    inet_ntop(AF_INET6, &a6->sin6_addr, text, sizeof text);
-    port = ntohs(a6->sin6_port);
-  } else if (addr->ss_family == AF_INET) {
-    const struct sockaddr_in* a4 = (const struct sockaddr_in*)addr;
-    inet_ntop(AF_INET, &a4->sin_addr, text, sizeof text);
-    port = ntohs(a4->sin_port);
-  }
+  char text[INET6_ADDRSTRLEN];
+  int port = sockaddr_text(addr, text);
   napi_env env = g_env;
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
@@ -273,30 +266,9 @@ static napi_value Close(napi_env env, napi_callback_info info) {
 // localName(fd): [address, port] of an accepted connection (where the client connected to), or undefined.
 static napi_value LocalName(napi_env env, napi_callback_info info) {
   size_t argc = 1;
-  napi_value argv[1], out;
+  napi_value argv[1];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  struct sockaddr_storage addr;
-  socklen_t len = sizeof addr;
-  char text[INET6_ADDRSTRLEN] = "";
-  int port = 0;
-  if (argc < 1 || getsockname(int_arg(env, argv[0]), (struct sockaddr*)&addr, &len) != 0) {
-    napi_get_undefined(env, &out);
-    return out;
-  }
-  if (addr.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &((struct sockaddr_in6*)&addr)->sin6_addr, text, sizeof text);
-    port = ntohs(((struct sockaddr_in6*)&addr)->sin6_port);
-  } else {
-    inet_ntop(AF_INET, &((struct sockaddr_in*)&addr)->sin_addr, text, sizeof text);
-    port = ntohs(((struct sockaddr_in*)&addr)->sin_port);
-  }
-  napi_value address, portValue;
-  napi_create_array_with_length(env, 2, &out);
-  napi_create_string_latin1(env, text, NAPI_AUTO_LENGTH, &address);
-  napi_create_int32(env, port, &portValue);
-  napi_set_element(env, out, 0, address);
-  napi_set_element(env, out, 1, portValue);
-  return out;
+  return local_name_js(env, argc < 1 ? -1 : int_arg(env, argv[0]));
 }
 
 // closeFd(fd, reset): closes an accepted connection JavaScript turned away (with RST when reset is 1).

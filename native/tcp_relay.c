@@ -34,6 +34,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "sockaddr_js.h"
+
 // Close reasons, as the numbers src/relay/tcp-offload.ts maps back to names.
 enum {
   R_NONE = 0,
@@ -196,24 +198,35 @@ static int pass_fin(relay_t* r, side_t* from) {
   return 0;
 }
 
+// Calls `fn_ref` with argv (argv[0], the owner, is `this`: make_callback wants an object) from a poll or
+// timer callback, in the caller's handle scope: make_callback runs the microtasks and ticks after it, as
+// Node's own callbacks do. A throw is the process's uncaught exception. `returned`, when given: whether
+// it returned true.
+static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* returned) {
+  napi_env env = g_env;
+  napi_value fn, result;
+  napi_get_reference_value(env, fn_ref, &fn);
+  if (napi_make_callback(env, g_async, argv[0], fn, argc, argv, &result) == napi_pending_exception) {
+    napi_value err;
+    napi_get_and_clear_last_exception(env, &err);
+    napi_fatal_exception(env, err);
+    return;
+  }
+  if (returned != NULL) napi_get_value_bool(env, result, returned);
+}
+
 // Hands the chunk just read from `from` (the first n bytes of g_buf) to JavaScript; -1 when the relay
 // ended meanwhile (JavaScript may abort it).
 static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
   napi_env env = g_env;
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
-  napi_value fn, argv[3], result;
-  napi_get_reference_value(env, g_on_tap, &fn);
+  napi_value argv[3];
   napi_get_reference_value(env, r->owner, &argv[0]);
   napi_create_int32(env, from->side, &argv[1]);
   napi_create_int32(env, (int32_t)n, &argv[2]);
   bool more = false;
-  // As Node's own reads: the microtasks and ticks after it run at once.
-  if (napi_make_callback(env, g_async, argv[0], fn, 3, argv, &result) == napi_pending_exception) {
-    napi_value err;
-    napi_get_and_clear_last_exception(env, &err);
-    napi_fatal_exception(env, err);
-  } else napi_get_value_bool(env, result, &more);
+  call_js(g_on_tap, 3, argv, &more);
   napi_close_handle_scope(env, scope);
   if (!more) r->sides[CLIENT].tap = r->sides[UPSTREAM].tap = 0;
   return r->closing ? -1 : 0;
@@ -463,20 +476,13 @@ static void relay_end(relay_t* r, int notify) {
   napi_env env = g_env;
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
-  napi_value fn, argv[4], result;
-  napi_get_reference_value(env, g_on_end, &fn);
+  napi_value argv[4];
   napi_get_reference_value(env, owner, &argv[0]);
   napi_delete_reference(env, owner);
   napi_create_int32(env, reason, &argv[1]);
   napi_create_double(env, r->sides[CLIENT].bytesRead, &argv[2]);
   napi_create_double(env, r->sides[CLIENT].bytesWritten, &argv[3]);
-  // From a poll or timer callback: make_callback runs the microtasks and ticks after it, as Node's own.
-  // `this` is the owner: make_callback wants an object.
-  if (napi_make_callback(env, g_async, argv[0], fn, 4, argv, &result) == napi_pending_exception) {
-    napi_value err;
-    napi_get_and_clear_last_exception(env, &err);
-    napi_fatal_exception(env, err);
-  }
+  call_js(g_on_end, 4, argv, NULL);
   napi_close_handle_scope(env, scope);
 }
 
@@ -612,15 +618,10 @@ static void notify_connect(relay_t* r, int status) {
   napi_env env = g_env;
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
-  napi_value fn, argv[2], result;
-  napi_get_reference_value(env, g_on_connect, &fn);
+  napi_value argv[2];
   napi_get_reference_value(env, r->owner, &argv[0]);
   napi_create_int32(env, status, &argv[1]);
-  if (napi_make_callback(env, g_async, argv[0], fn, 2, argv, &result) == napi_pending_exception) {
-    napi_value err;
-    napi_get_and_clear_last_exception(env, &err);
-    napi_fatal_exception(env, err);
-  }
+  call_js(g_on_connect, 2, argv, NULL);
   napi_close_handle_scope(env, scope);
 }
 
@@ -808,33 +809,10 @@ static napi_value Redial(napi_env env, napi_callback_info info) {
 // localName(slot): [address, port] of the upstream socket (its connect() issued), or undefined.
 static napi_value LocalName(napi_env env, napi_callback_info info) {
   size_t argc = 1;
-  napi_value argv[1], out = NULL;
+  napi_value argv[1];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   relay_t* r = argc < 1 ? NULL : slot_get(int_arg(env, argv[0]));
-  struct sockaddr_storage addr;
-  socklen_t len = sizeof addr;
-  char text[INET6_ADDRSTRLEN];
-  if (r == NULL || getsockname(r->sides[UPSTREAM].fd, (struct sockaddr*)&addr, &len) != 0) {
-    napi_get_undefined(env, &out);
-    return out;
-  }
-  int port;
-  if (addr.ss_family == AF_INET6) {
-    struct sockaddr_in6* a6 = (struct sockaddr_in6*)&addr;
-    inet_ntop(AF_INET6, &a6->sin6_addr, text, sizeof text);
-    port = ntohs(a6->sin6_port);
-  } else {
-    struct sockaddr_in* a4 = (struct sockaddr_in*)&addr;
-    inet_ntop(AF_INET, &a4->sin_addr, text, sizeof text);
-    port = ntohs(a4->sin_port);
-  }
-  napi_value address, portValue;
-  napi_create_array_with_length(env, 2, &out);
-  napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &address);
-  napi_create_int32(env, port, &portValue);
-  napi_set_element(env, out, 0, address);
-  napi_set_element(env, out, 1, portValue);
-  return out;
+  return local_name_js(env, r == NULL ? -1 : r->sides[UPSTREAM].fd);
 }
 
 // setupTap(onTap): the callback of every tapped chunk; returns the read buffer whose first bytes it is.

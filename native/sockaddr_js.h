@@ -1,0 +1,47 @@
+// A socket address for JavaScript: its text and port (tcp_listen.c: the client of an accepted
+// connection, a listener's local end; tcp_relay.c: an upstream socket's local end, for the loop guard).
+#ifndef KUP_SOCKADDR_JS_H
+#define KUP_SOCKADDR_JS_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <node_api.h>
+#include <sys/socket.h>
+
+// `text` gets the IPv4 or IPv6 address ("" for another family); returns the port (0 then).
+static inline int sockaddr_text(const struct sockaddr_storage* addr, char text[INET6_ADDRSTRLEN]) {
+  text[0] = '\0';
+  if (addr->ss_family == AF_INET6) {
+    const struct sockaddr_in6* a6 = (const struct sockaddr_in6*)addr;
+    inet_ntop(AF_INET6, &a6->sin6_addr, text, INET6_ADDRSTRLEN);
+    return ntohs(a6->sin6_port);
+  }
+  if (addr->ss_family == AF_INET) {
+    const struct sockaddr_in* a4 = (const struct sockaddr_in*)addr;
+    inet_ntop(AF_INET, &a4->sin_addr, text, INET6_ADDRSTRLEN);
+    return ntohs(a4->sin_port);
+  }
+  return 0;
+}
+
+// [address, port] of a descriptor's local end (getsockname), or undefined when it has none.
+static inline napi_value local_name_js(napi_env env, int fd) {
+  struct sockaddr_storage addr;
+  socklen_t len = sizeof addr;
+  napi_value out;
+  if (fd < 0 || getsockname(fd, (struct sockaddr*)&addr, &len) != 0) {
+    napi_get_undefined(env, &out);
+    return out;
+  }
+  char text[INET6_ADDRSTRLEN];
+  int port = sockaddr_text(&addr, text);
+  napi_value address, portValue;
+  napi_create_array_with_length(env, 2, &out);
+  napi_create_string_latin1(env, text, NAPI_AUTO_LENGTH, &address);
+  napi_create_int32(env, port, &portValue);
+  napi_set_element(env, out, 0, address);
+  napi_set_element(env, out, 1, portValue);
+  return out;
+}
+
+#endif
