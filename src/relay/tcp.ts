@@ -387,17 +387,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       this.connectFailed(connectError(status, endpoint.ip, endpoint.port));
       return;
     }
-    this.state = OPEN;
-    this.balancer.reportSuccess(endpoint);
-    this.listener.fdPressure.relieved();
-    const observer = this.observer;
-    try {
-      observer.opened(this);
-      this.sniffing = observer.wantsData;
-    } catch (err) {
-      this.observer = noopObserver;
-      observerFailed(this.context, observer, this.listener.log, err, 'opened');
-    }
+    this.#opened();
     if (this.sniffing) {
       // The relay polls its sides from the next turn of the loop: no chunk goes by untapped.
       const offload = this.listener.offload!;
@@ -494,9 +484,6 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
   connected(): void {
     const upstream = this.upstream!;
     const client = this.client;
-    this.state = OPEN;
-    this.balancer.reportSuccess(this.endpoint!);
-    this.listener.fdPressure.relieved();
     // Before any byte of the client's (it is still paused): who it was and where it connected to. Corked
     // for one turn of the loop, so that the request a client sent at once (already waiting in its
     // socket) leaves in the same segment instead of a second one, and uncorked then whatever came: a
@@ -507,15 +494,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       upstream.write(this.#proxyHeader(pp));
       setImmediate(uncorkNextTurn, upstream);
     }
-    const observer = this.observer;
-    try {
-      observer.opened(this);
-      this.sniffing = observer.wantsData;
-    } catch (err) {
-      // It saw no complete opening: it is not told of the close either.
-      this.observer = noopObserver;
-      observerFailed(this.context, observer, this.listener.log, err, 'opened');
-    }
+    this.#opened();
     // No header waiting: the native relay moves the bytes from the start (feeding the sniffer through
     // its tap while it wants them).
     if (pp === undefined && mayHandOver(this)) {
@@ -536,6 +515,22 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     upstream.on('drain', onUpstreamDrain);
     // Accepted paused (pauseOnConnect): the client's bytes flow from now on.
     client.resume();
+  }
+
+  /** Connected, by net.connect or the native relay: counted as the endpoint's success, told to the observer. */
+  #opened(): void {
+    this.state = OPEN;
+    this.balancer.reportSuccess(this.endpoint!);
+    this.listener.fdPressure.relieved();
+    const observer = this.observer;
+    try {
+      observer.opened(this);
+      this.sniffing = observer.wantsData;
+    } catch (err) {
+      // It saw no complete opening: it is not told of the close either.
+      this.observer = noopObserver;
+      observerFailed(this.context, observer, this.listener.log, err, 'opened');
+    }
   }
 
   #proxyHeader(pp: ProxyProtocolSettings): Buffer {
@@ -1148,15 +1143,7 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
       return;
     }
     const now = this.now();
-    const max = this.options.maxConnections;
-    if (max > 0 && this.context.stats.active >= max) {
-      this.#reject(fd, 'limit', now);
-      return;
-    }
-    if (this.fdPressure.shedding(now)) {
-      this.#reject(fd, 'fd-exhausted', now);
-      return;
-    }
+    if (this.#turnedAway(fd, now)) return;
     const conn = new TcpConnection(this, undefined, fd, normalizeAddress(address), port, now);
     if (this.ownTraffic.isLocal(conn.clientAddress)) {
       const local = this.accept!.calls.localName(fd);
@@ -1189,16 +1176,7 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
       return;
     }
     const now = this.now();
-    const { stats } = this.context;
-    const max = this.options.maxConnections;
-    if (max > 0 && stats.active >= max) {
-      this.#reject(socket, 'limit', now);
-      return;
-    }
-    if (this.fdPressure.shedding(now)) {
-      this.#reject(socket, 'fd-exhausted', now);
-      return;
-    }
+    if (this.#turnedAway(socket, now)) return;
     const conn = new TcpConnection(
       this,
       socket,
@@ -1233,6 +1211,15 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
     if (this.connections.size === 1 && this.options.stallTimeoutMs > 0)
       this.#sweeper.add(this, stallSweepMs(this.options.stallTimeoutMs));
     conn.dial();
+  }
+
+  /** The connection cap is reached or descriptors are short: the client is closed at once (#reject). */
+  #turnedAway(client: net.Socket | number, now: number): boolean {
+    const max = this.options.maxConnections;
+    if (max > 0 && this.context.stats.active >= max) this.#reject(client, 'limit', now);
+    else if (this.fdPressure.shedding(now)) this.#reject(client, 'fd-exhausted', now);
+    else return false;
+    return true;
   }
 
   /** Closes a connection at once without dialling; counted, and logged at most once per interval. */
