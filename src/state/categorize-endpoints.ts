@@ -124,7 +124,8 @@ function sameEndpoints(a: readonly Endpoint[], b: readonly Endpoint[]): boolean 
   return true;
 }
 
-function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
+/** Same key (so IP, port and family) and same conditions, node and hints. */
+export function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
   if (a === b) return true;
   return (
     a.key === b.key &&

@@ -1,6 +1,6 @@
 // EndpointPool: one Endpoint object, with its key and IP strings, for an endpoint that several slices
 // carry alike (a pod behind many Services), counted by the lists that hold it. Pure bookkeeping: no I/O.
-import { sameHints } from './categorize-endpoints.ts';
+import { sameEndpoint } from './categorize-endpoints.ts';
 import type { Endpoint, EndpointKey } from './endpoint.ts';
 
 type Pooled = { readonly endpoint: Endpoint; holders: number };
@@ -36,18 +36,4 @@ export class EndpointPool {
   get size(): number {
     return this.#byKey.size;
   }
-}
-
-/** Same key (so IP, port and family) and same conditions, node and hints. */
-function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
-  return (
-    a.key === b.key &&
-    a.ready === b.ready &&
-    a.serving === b.serving &&
-    a.terminating === b.terminating &&
-    a.isLocal === b.isLocal &&
-    a.nodeName === b.nodeName &&
-    sameHints(a.zoneHints, b.zoneHints) &&
-    sameHints(a.nodeHints, b.nodeHints)
-  );
 }
