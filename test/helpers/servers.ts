@@ -98,6 +98,18 @@ export function request(
   });
 }
 
+/** Connects, sends `text` and ends; resolves with what came back before the close, or `error CODE`. */
+export function exchange(port: number, text: string): Promise<string> {
+  return new Promise((resolve) => {
+    const c = net.connect({ host: '127.0.0.1', port });
+    const got: Buffer[] = [];
+    c.on('connect', () => c.end(text));
+    c.on('data', (d) => got.push(d));
+    c.on('error', (err: NodeJS.ErrnoException) => resolve(`error ${err.code}`));
+    c.on('close', () => resolve(Buffer.concat(got).toString()));
+  });
+}
+
 /** Sends one datagram from a fresh socket bound to `localAddress` and waits for one reply. */
 export function udpRequest(
   port: number,

@@ -16,7 +16,7 @@ import { processTcpRelay } from '../../src/relay/tcp-offload.ts';
 import type { Endpoint } from '../../src/state/endpoint.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
-import { echoServer, waitFor } from '../helpers/servers.ts';
+import { echoServer, exchange, waitFor } from '../helpers/servers.ts';
 
 type After = { after(fn: () => unknown): void };
 
@@ -43,18 +43,6 @@ async function relay(
   await listener.listen('127.0.0.1', 0);
   t.after(() => listener.destroy());
   return { listener, context, closed };
-}
-
-/** Connects, sends `text` and ends; what came back before the close, or `error CODE`. */
-function exchange(port: number, text: string): Promise<string> {
-  return new Promise((resolve) => {
-    const c = net.connect({ host: '127.0.0.1', port });
-    const got: Buffer[] = [];
-    c.on('connect', () => c.end(text));
-    c.on('data', (d) => got.push(d));
-    c.on('error', (err: NodeJS.ErrnoException) => resolve(`error ${err.code}`));
-    c.on('close', () => resolve(Buffer.concat(got).toString()));
-  });
 }
 
 test('a service port listens without a net.Server; its connection is dialled with the accepted descriptor', async (t) => {

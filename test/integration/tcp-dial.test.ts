@@ -14,7 +14,7 @@ import { processTcpRelay, type TcpOffload } from '../../src/relay/tcp-offload.ts
 import type { Endpoint } from '../../src/state/endpoint.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
-import { echoServer, waitFor } from '../helpers/servers.ts';
+import { echoServer, exchange, waitFor } from '../helpers/servers.ts';
 
 type After = { after(fn: () => unknown): void };
 
@@ -47,18 +47,6 @@ async function relay(
   await listener.listen('127.0.0.1', 0);
   t.after(() => listener.destroy());
   return { listener, context, opened, closed };
-}
-
-/** Connects, sends `text`, and resolves with what came back before the close (or the error's code). */
-function exchange(port: number, text: string): Promise<string> {
-  return new Promise((resolve) => {
-    const c = net.connect({ host: '127.0.0.1', port });
-    const got: Buffer[] = [];
-    c.on('connect', () => c.end(text));
-    c.on('data', (d) => got.push(d));
-    c.on('error', (err: NodeJS.ErrnoException) => resolve(`error ${err.code}`));
-    c.on('close', () => resolve(Buffer.concat(got).toString()));
-  });
 }
 
 /** A port nobody listens on (refuses). */
