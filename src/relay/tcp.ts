@@ -979,14 +979,12 @@ class ListenerServer extends net.Server {
  */
 const NO_CONNECTIONS: Set<TcpConnection> = new Set();
 
-/** A listening TCP socket for one service port. */
-export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
-  /** The net.Server, when the native listener (tcp-accept.ts) is not the one listening. */
-  server: net.Server | undefined;
-  /** The native listening (tcp-accept.ts); undefined: a net.Server listens. */
-  readonly accept: TcpAccept | undefined;
-  /** The native listener while it listens. */
-  #native: object | undefined;
+/**
+ * What a listener takes from its deps and options, resolved once: one frozen record shared by every
+ * listener made from the same deps and options (the proxier's listeners all are), not 13 fields on
+ * each (~0.1 KiB a service port).
+ */
+type ListenerShared = {
   readonly options: TcpRelayOptions;
   readonly log: Logger;
   readonly connect: Connector;
@@ -996,8 +994,58 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   readonly ownTraffic: OwnTraffic;
   readonly tcpFin: TcpFinCalls | undefined;
   readonly offload: TcpOffload | undefined;
-  /** The native relay's dialling, when connections may use it (TcpRelayDeps.tcpDial). */
   readonly dial: TcpDialCalls | undefined;
+  readonly accept: TcpAccept | undefined;
+  readonly sweeper: Sweeper;
+  /** Joined with the first connection: an idle listener is not swept (its entry was ~27 bytes). */
+  readonly keepAlive: KeepAliveSweeper;
+};
+
+/** The records made so far, by deps, then options. */
+const sharedRecords = new WeakMap<TcpRelayDeps, WeakMap<TcpRelayOptions, ListenerShared>>();
+
+/**
+ * The record of `deps` and `options`. Deps without an FdPressure or an OwnTraffic give each listener a
+ * record of its own, as before: each listener then has its own of those.
+ */
+function listenerShared(options: TcpRelayOptions, deps: TcpRelayDeps): ListenerShared {
+  const shareable = deps.fdPressure !== undefined && deps.ownTraffic !== undefined;
+  let byOptions = shareable ? sharedRecords.get(deps) : undefined;
+  const known = byOptions?.get(options);
+  if (known !== undefined) return known;
+  const offload = deps.tcpOffload === null ? undefined : (deps.tcpOffload ?? processTcpRelay() ?? undefined);
+  const record: ListenerShared = Object.freeze({
+    options,
+    log: deps.log,
+    connect: deps.connect ?? (net.connect as Connector),
+    now: deps.now ?? Date.now,
+    fdPressure: deps.fdPressure ?? new FdPressure(deps.log),
+    onEjection: deps.onEjection,
+    ownTraffic: deps.ownTraffic ?? new OwnTraffic(),
+    tcpFin: deps.tcpFin === null ? undefined : (deps.tcpFin ?? processTcpFin().calls),
+    offload,
+    dial: deps.tcpDial === false || deps.connect !== undefined ? undefined : offload?.dial,
+    accept: deps.tcpAccept === null ? undefined : (deps.tcpAccept ?? processTcpAccept() ?? undefined),
+    sweeper: deps.sweeper ?? processSweeper,
+    keepAlive: deps.keepAlive ?? defaultKeepAliveSweeper,
+  });
+  if (shareable) {
+    if (byOptions === undefined) {
+      byOptions = new WeakMap();
+      sharedRecords.set(deps, byOptions);
+    }
+    byOptions.set(options, record);
+  }
+  return record;
+}
+/** A listening TCP socket for one service port. */
+export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
+  /** The net.Server, when the native listener (tcp-accept.ts) is not the one listening. */
+  server: net.Server | undefined;
+  /** The native listener while it listens. */
+  #native: object | undefined;
+  /** What it shares with every listener of the same deps and options (getters below). */
+  readonly #shared: ListenerShared;
   /** Its open connections (a set of its own from the first accepted on; read only, outside). */
   connections: Set<TcpConnection> = NO_CONNECTIONS;
   /** Waiters for the last connection to end (drained()); undefined while nobody waits. */
@@ -1015,9 +1063,6 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   /** When the limit / a loop was last logged; undefined: never (not -Infinity: a double field is boxed). */
   #limitLoggedMs: number | undefined;
   #loopLoggedMs: number | undefined;
-  readonly #sweeper: Sweeper;
-  /** Joined with the first connection: an idle listener is not swept (its entry was ~27 bytes). */
-  readonly #keepAlive: KeepAliveSweeper;
 
   static readonly #accept = function (this: ListenerServer, socket: net.Socket): void {
     this.listener.#onConnection(socket);
@@ -1053,19 +1098,53 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   ) {
     this.context = context;
     this.destination = destination;
-    this.options = options;
-    this.log = deps.log;
-    this.connect = deps.connect ?? (net.connect as Connector);
-    this.now = deps.now ?? Date.now;
-    this.fdPressure = deps.fdPressure ?? new FdPressure(deps.log);
-    this.onEjection = deps.onEjection;
-    this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
-    this.tcpFin = deps.tcpFin === null ? undefined : (deps.tcpFin ?? processTcpFin().calls);
-    this.offload = deps.tcpOffload === null ? undefined : (deps.tcpOffload ?? processTcpRelay() ?? undefined);
-    this.dial = deps.tcpDial === false || deps.connect !== undefined ? undefined : this.offload?.dial;
-    this.accept = deps.tcpAccept === null ? undefined : (deps.tcpAccept ?? processTcpAccept() ?? undefined);
-    this.#sweeper = deps.sweeper ?? processSweeper;
-    this.#keepAlive = deps.keepAlive ?? defaultKeepAliveSweeper;
+    this.#shared = listenerShared(options, deps);
+  }
+
+  get options(): TcpRelayOptions {
+    return this.#shared.options;
+  }
+
+  get log(): Logger {
+    return this.#shared.log;
+  }
+
+  get connect(): Connector {
+    return this.#shared.connect;
+  }
+
+  get now(): () => number {
+    return this.#shared.now;
+  }
+
+  get fdPressure(): FdPressure {
+    return this.#shared.fdPressure;
+  }
+
+  get onEjection(): EjectionListener | undefined {
+    return this.#shared.onEjection;
+  }
+
+  get ownTraffic(): OwnTraffic {
+    return this.#shared.ownTraffic;
+  }
+
+  get tcpFin(): TcpFinCalls | undefined {
+    return this.#shared.tcpFin;
+  }
+
+  get offload(): TcpOffload | undefined {
+    return this.#shared.offload;
+  }
+
+  /** The native relay's dialling, when connections may use it (TcpRelayDeps.tcpDial). */
+  get dial(): TcpDialCalls | undefined {
+    return this.#shared.dial;
+  }
+
+  /** The native listening (tcp-accept.ts); undefined: a net.Server listens. */
+  get accept(): TcpAccept | undefined {
+    return this.#shared.accept;
   }
 
   /** The net.Server, made on first use. */
@@ -1203,13 +1282,13 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   #admit(conn: TcpConnection): void {
     if (this.connections === NO_CONNECTIONS) {
       this.connections = new Set();
-      this.#keepAlive.add(this);
+      this.#shared.keepAlive.add(this);
     }
     this.connections.add(conn);
     conn.context.stats.accepted++;
     conn.context.stats.active++;
     if (this.connections.size === 1 && this.options.stallTimeoutMs > 0)
-      this.#sweeper.add(this, stallSweepMs(this.options.stallTimeoutMs));
+      this.#shared.sweeper.add(this, stallSweepMs(this.options.stallTimeoutMs));
     conn.dial();
   }
 
