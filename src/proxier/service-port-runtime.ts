@@ -9,9 +9,9 @@ import type { Logger } from '../lib/log.ts';
 import type { OutlierOptions } from '../loadbalancer/outlier.ts';
 import type { RoundRobinBalancer } from '../loadbalancer/round-robin.ts';
 import type { ConnectionObserver } from '../relay/observer.ts';
-import type { ServicePortContext, ServicePortStats } from '../relay/service-context.ts';
+import type { ServicePortContext } from '../relay/service-context.ts';
 
-import { newServicePortStats, retainPicks } from '../relay/service-context.ts';
+import { IDLE_STATS, newServicePortStats, retainPicks } from '../relay/service-context.ts';
 import type { Endpoint, EndpointKey, ServicePortEndpoints } from '../state/endpoint.ts';
 import { type ServicePort, usesClusterEndpoints, usesLocalEndpoints } from '../state/service-port.ts';
 import {
@@ -146,16 +146,14 @@ export class ServicePortRuntime {
     deps: RuntimeDeps,
     planned?: number,
   ): Promise<ServicePortRuntime> {
-    const stats = newServicePortStats();
-    const observer = deps.observerFor(sp);
-    const context = newContext(sp, stats, observer, deps);
+    const context = newContext(sp, deps.observerFor(sp), deps, undefined);
     setFamilyEndpoints(context.balancers, deps.loopGuard.filter(sp, primaryList(sp, endpoints), new Set()));
     const destination = ownListenerDestination(deps.portals);
     const { listener, port } = await deps.binder.listen(context, sp.key, planned, destination);
     let local: PolicyListener | undefined;
     if (needsLocalListener(sp)) {
       try {
-        local = await openLocal(sp, stats, observer, endpoints, deps);
+        local = await openLocal(sp, context, endpoints, deps);
       } catch (err) {
         listener.destroy();
         deps.binder.release(port);
@@ -328,8 +326,7 @@ export class ServicePortRuntime {
 
   /** Opens the local list's listener (it shares the counters and observer). Throws the binder's error. */
   async openLocal(eps: ServicePortEndpoints | undefined): Promise<void> {
-    const { stats, observer } = this.context;
-    this.#local = await openLocal(this.servicePort, stats, observer, eps, this.#deps);
+    this.#local = await openLocal(this.servicePort, this.context, eps, this.#deps);
   }
 
   /** Closes the local list's listener and gives its port back. */
@@ -418,23 +415,35 @@ export class ServicePortRuntime {
   }
 }
 
-/** A context for one listener of `sp`: its own balancers, the service port's counters and observer. */
+/**
+ * A context for one listener of `sp`: its own balancers, the service port's counters and observer (the
+ * primary's, for a second listener: `primary`). A TCP service port's counters start as the shared idle
+ * ones (its listeners make them its own at the first connection: liveStats).
+ */
 function newContext(
   sp: ServicePort,
-  stats: ServicePortStats,
   observer: ConnectionObserver,
   deps: RuntimeDeps,
+  primary: RelayContext | undefined,
 ): RelayContext {
   const balancers = newFamilyBalancers(sp, deps.outlier, Math.random, deps.affinityByHash);
-  return {
-    name: sp.name,
-    protocol: sp.protocol,
-    balancer: balancers[primaryFamily(sp)],
-    balancers,
-    stats,
-    observer,
-    proxyProtocol: proxyProtocolSettings(sp, proxyProtocolOf(sp, deps.proxyProtocolDefault)),
-  };
+  const proxyProtocol = proxyProtocolSettings(sp, proxyProtocolOf(sp, deps.proxyProtocolDefault));
+  const balancer = balancers[primaryFamily(sp)];
+  if (primary !== undefined) {
+    const { stats } = primary;
+    return {
+      name: sp.name,
+      protocol: sp.protocol,
+      balancer,
+      balancers,
+      stats,
+      observer,
+      proxyProtocol,
+      statsOwner: primary,
+    };
+  }
+  const stats = sp.protocol === 'TCP' ? IDLE_STATS : newServicePortStats();
+  return { name: sp.name, protocol: sp.protocol, balancer, balancers, stats, observer, proxyProtocol };
 }
 
 /** The ports of the listeners of external destinations, by destination (`via`). */
@@ -449,14 +458,14 @@ function portalPortsOf(listeners: Iterable<PortalListener>): ReadonlyMap<string,
   return out.size === 0 ? NO_PORTAL_PORTS : out;
 }
 
+/** The local list's listener: a context of its own sharing `primary`'s counters and observer. */
 async function openLocal(
   sp: ServicePort,
-  stats: ServicePortStats,
-  observer: ConnectionObserver,
+  primary: RelayContext,
   endpoints: ServicePortEndpoints | undefined,
   deps: RuntimeDeps,
 ): Promise<PolicyListener> {
-  const context = newContext(sp, stats, observer, deps);
+  const context = newContext(sp, primary.observer, deps, primary);
   setFamilyEndpoints(context.balancers, deps.loopGuard.filter(sp, endpoints?.local ?? [], new Set()));
   const { listener, port } = await deps.binder.listen(
     context,

@@ -57,6 +57,24 @@ export function newServicePortStats(): ServicePortStats {
   };
 }
 
+/**
+ * The counters of every TCP service port that has had no connection yet: all zero, frozen, shared.
+ * What reads them (metrics, debug pages) sees the zeros a service port of its own would show.
+ */
+export const IDLE_STATS: ServicePortStats = Object.freeze(newServicePortStats());
+
+/**
+ * The counters of `context` to count on: its own from now on, made on first use (in its owner's, for
+ * a context that shares them, so both see the same).
+ */
+export function liveStats(context: ServicePortContext): ServicePortStats {
+  if (context.stats !== IDLE_STATS) return context.stats;
+  const owner = context.statsOwner ?? context;
+  if (owner.stats === IDLE_STATS) owner.stats = newServicePortStats();
+  context.stats = owner.stats;
+  return context.stats;
+}
+
 /** One balancer per client family; a single-stack service port has the same instance under both. */
 export type FamilyBalancers<B extends Balancer = Balancer> = { readonly IPv4: B; readonly IPv6: B };
 
@@ -71,7 +89,13 @@ export type ServicePortContext<B extends Balancer = Balancer> = {
    * family is the original destination's: IPv4 ClusterIP traffic only reaches IPv4 endpoints.
    */
   readonly balancers: FamilyBalancers<B>;
-  readonly stats: ServicePortStats;
+  /**
+   * Its counters. A TCP service port's start as IDLE_STATS, shared and frozen: its listener gives it
+   * its own at its first connection (liveStats), so an idle one holds none (~0.12 KiB).
+   */
+  stats: ServicePortStats;
+  /** The context whose counters this one shares (a service port's second listener: its primary's). */
+  readonly statsOwner?: ServicePortContext<B>;
   observer: ConnectionObserver;
   /**
    * The PROXY protocol header new TCP connections send their endpoint first, and what it says of

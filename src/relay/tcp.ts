@@ -28,7 +28,7 @@ import {
 import { MAX_PASSES, OwnTraffic, type PassOwner } from './own-traffic.ts';
 import { proxyProtocolHeader } from './proxy-protocol.ts';
 import type { ProxyProtocolSettings, ServicePortContext } from './service-context.ts';
-import { countPick, countRejected } from './service-context.ts';
+import { countPick, countRejected, liveStats } from './service-context.ts';
 import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
 import { type AcceptOwner, processTcpAccept, systemError, type TcpAccept } from './tcp-accept.ts';
 import { endFollows, finNow, processTcpFin, socketFd, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
@@ -1221,6 +1221,7 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
       this.accept!.calls.closeFd(fd, 0);
       return;
     }
+    liveStats(this.context);
     const now = this.now();
     if (this.#turnedAway(fd, now)) return;
     const conn = new TcpConnection(this, undefined, fd, normalizeAddress(address), port, now);
@@ -1254,6 +1255,8 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
       socket.destroy();
       return;
     }
+    // The service port's first connection gives it counters of its own (every count below is on them).
+    liveStats(this.context);
     const now = this.now();
     if (this.#turnedAway(socket, now)) return;
     const conn = new TcpConnection(

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { FdPressure } from '../../src/relay/fd-pressure.ts';
 import { KeepAliveSweeper } from '../../src/relay/keepalive.ts';
 import { OwnTraffic } from '../../src/relay/own-traffic.ts';
+import { IDLE_STATS, type ServicePortContext } from '../../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS, UdpListener } from '../../src/relay/udp.ts';
 import { collectGarbage, liveObjects } from '../helpers/heap.ts';
@@ -131,3 +132,42 @@ test('TCP: listeners of the same deps share what they take from them: an idle on
   assert.notEqual(c.fdPressure, d.fdPressure);
   assert.equal(c.ownTraffic, d.ownTraffic);
 });
+
+for (const [how, tcpAccept] of [
+  ['the native listener', undefined],
+  ['a net.Server', null],
+] as const) {
+  test(`TCP, ${how}: an idle service port's first connection is counted, also on its second listener`, async (t) => {
+    const deps = {
+      log,
+      ownTraffic: new OwnTraffic(),
+      fdPressure: new FdPressure(log),
+      tcpFin: null,
+      tcpAccept,
+    };
+    const primary = makeContext([]);
+    primary.stats = IDLE_STATS;
+    const second: ServicePortContext = { ...makeContext([]), stats: IDLE_STATS, statsOwner: primary };
+    const other = { ...makeContext([]), stats: IDLE_STATS };
+    const listeners = [primary, second, other].map((c) => new TcpListener(c, DEFAULT_TCP_OPTIONS, deps));
+    t.after(() => {
+      for (const l of listeners) l.destroy();
+    });
+    for (const l of listeners) await l.listen('127.0.0.1', 0);
+    const [a, b] = listeners as [TcpListener, TcpListener];
+    // No endpoint: each connection is counted (accepted, no endpoints) and closed at once.
+    for (const l of [a, b]) {
+      const client = net.connect(l.port, '127.0.0.1');
+      client.on('error', () => {});
+      await new Promise((resolve) => client.once('close', resolve));
+    }
+    const deadline = Date.now() + 5000;
+    while (primary.stats.noEndpoints < 2 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 10));
+    assert.equal(primary.stats.accepted, 2, 'both listeners count on the primary context');
+    assert.equal(primary.stats.noEndpoints, 2);
+    assert.equal(second.stats, primary.stats);
+    assert.equal(other.stats, IDLE_STATS, 'a service port without connections stays idle');
+    assert.equal(IDLE_STATS.accepted, 0);
+  });
+}

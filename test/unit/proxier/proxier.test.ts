@@ -16,7 +16,7 @@ import {
 } from '../../../src/proxier/proxier.ts';
 import type { ListenerFactory, ServicePortListener } from '../../../src/proxier/service-port-listener.ts';
 import { SyncLoop } from '../../../src/proxier/sync-loop.ts';
-import type { ServicePortContext } from '../../../src/relay/service-context.ts';
+import { IDLE_STATS, type ServicePortContext } from '../../../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS } from '../../../src/relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS } from '../../../src/relay/udp.ts';
 import type { Endpoint, EndpointKey, ServicePortEndpoints } from '../../../src/state/endpoint.ts';
@@ -24,7 +24,7 @@ import type { ServicePort, ServicePortKey } from '../../../src/state/service-por
 import type { Snapshot } from '../../../src/state/snapshot.ts';
 import { ep } from '../../helpers/endpoints.ts';
 import { FakeClock } from '../../helpers/fake-clock.ts';
-import { liveObjects } from '../../helpers/heap.ts';
+import { collectGarbage, liveObjects } from '../../helpers/heap.ts';
 import { type PortalOptions, portal } from '../../helpers/portals.ts';
 
 const BASE = 30000;
@@ -694,6 +694,36 @@ const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
       assert.ok(liveObjects(Set) - sets < 20, `${liveObjects(Set) - sets} Sets for 200 service ports`);
       const [a, b] = h.proxier.status();
       assert.equal(a?.portalEndpoints, b?.portalEndpoints, 'the same flags, one shared object');
+    },
+  },
+  {
+    name: 'an idle TCP service port holds no counters of its own, and a bounded amount of heap',
+    async run() {
+      const n = 1000;
+      const h = harness({ outlier: DEFAULT_OUTLIER_OPTIONS }, new Map(), n + 10);
+      const open = async (from: number, to: number) => {
+        for (let i = from; i < to; i++)
+          h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.${i >> 8}.${i & 255}`] }), [
+            ep('10.0.0.1', 8080),
+            ep('10.0.0.2', 8080),
+          ]);
+        await h.sync();
+      };
+      await open(0, 1);
+      await collectGarbage();
+      const before = process.memoryUsage().heapUsed;
+      await open(1, n + 1);
+      await collectGarbage();
+      const each = (process.memoryUsage().heapUsed - before) / n;
+      const statuses = h.proxier.status();
+      assert.equal(statuses.length, n + 1);
+      assert.ok(
+        statuses.every((s) => s.context.stats === IDLE_STATS),
+        'the shared idle counters',
+      );
+      // The proxier's own (the runtime, the balancers, the contexts, its Maps) and this test's source and
+      // fake listeners: ~2,670 bytes a service port (~2,810 with counters of its own each).
+      assert.ok(each < 2740, `${each.toFixed(0)} bytes of heap per idle service port`);
     },
   },
 ];

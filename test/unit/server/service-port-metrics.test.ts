@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import client from 'prom-client';
 import type { ServicePortStatus } from '../../../src/proxier/service-port-runtime.ts';
+import { IDLE_STATS, newServicePortStats } from '../../../src/relay/service-context.ts';
 import {
   renderFamily,
   renderServicePortMetrics,
@@ -181,4 +182,15 @@ test('renderFamily: series per service port in order; UDP-only and loop families
     lines('kup_service_connections_total')[2],
     'kup_service_connections_total{service="odd/\\"quoted\\"\\\\back\\nline:p",protocol="TCP"} 1',
   );
+});
+
+test('an idle TCP service port (the shared idle counters) shows the series a new one does', async () => {
+  const idle = status('default/idle:http', 'TCP', {});
+  const withOwn = status('default/idle:http', 'TCP', {});
+  (idle.context as { stats: unknown }).stats = IDLE_STATS;
+  (withOwn.context as { stats: unknown }).stats = newServicePortStats();
+  const text = await renderServicePortMetrics(() => [idle]);
+  assert.equal(text, await renderServicePortMetrics(() => [withOwn]));
+  assert.equal(text, await promClientText([withOwn]));
+  assert.match(text, /^kup_service_connections_total\{[^}]*\} 0$/m);
 });
