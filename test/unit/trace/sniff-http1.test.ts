@@ -3,10 +3,10 @@ import http from 'node:http';
 import type net from 'node:net';
 import { test } from 'node:test';
 import v8 from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { request as undiciRequest } from 'undici';
 import { createSniffer, sniffLimits, startSniffer } from '../../../src/trace/sniff/classify.ts';
 import type { Http1Info, SniffEvent, Sniffer } from '../../../src/trace/sniff/types.ts';
+import { collectGarbage } from '../../helpers/heap.ts';
 import {
   assertSplitInvariant,
   bytewise,
@@ -318,12 +318,9 @@ test('between exchanges a sniffer holds no parse state: connections that interle
   );
 });
 
-test('an idle keep-alive sniffer after one exchange holds its exchange only (< 400 B: no parse state, no copy of a repeated path or Host)', () => {
-  v8.setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
-  const used = () => {
-    gc();
-    gc();
+test('an idle keep-alive sniffer after one exchange holds its exchange only (< 400 B: no parse state, no copy of a repeated path or Host)', async () => {
+  const used = async () => {
+    await collectGarbage();
     return v8.getHeapStatistics().used_heap_size;
   };
   const n = 4000;
@@ -332,13 +329,13 @@ test('an idle keep-alive sniffer after one exchange holds its exchange only (< 4
   const response = Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok');
   // As the tracer starts them: one shared limits object, the protocol's sniffer started by the first bytes.
   const limits = sniffLimits({ maxRequests: 16 });
-  const before = used();
+  const before = await used();
   for (let i = 0; i < n; i++) {
     const sn = startSniffer(limits, 'tcp', true, request, 1_800_000_000_000 + i)!;
     sn.onEndpointData(response, 1_800_000_000_005 + i);
     kept[i] = sn;
   }
-  const each = (used() - before) / n;
+  const each = ((await used()) - before) / n;
   assert.equal(http1(kept[n - 1]!.info()).exchanges[0]!.status, 200);
   // Before: the sniffer 152 B, its two directions 320, the exchange 136, its path and Host 64 (~690 B).
   assert.ok(each < 400, `${each.toFixed(0)} B a sniffer`);
