@@ -203,8 +203,15 @@ export class Http1Sniffer implements Sniffer {
 
   /** The direction when it is part-way through a message; else it is given back. */
   #keep(d: Direction): Direction | undefined {
-    if (this.#stoppedBy === undefined && !d.idle) return d;
+    if (!this.done) {
+      if (!d.idle) return d;
+      giveBack(d);
+      return undefined;
+    }
+    // No byte will be fed any more (stopped, or the last exchange ended with part of a request after it).
     giveBack(d);
+    this.#req = undefined;
+    this.#res = undefined;
     return undefined;
   }
 
@@ -624,9 +631,6 @@ export class Http1Sniffer implements Sniffer {
   #stop(why: StopReason): void {
     // The first reason stays (a stop ends the parse: no second one follows).
     this.#stoppedBy ??= why;
-    // The direction being fed is given back by #keep; the other one's message will never end.
-    this.#req = undefined;
-    this.#res = undefined;
   }
 }
 
