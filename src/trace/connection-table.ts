@@ -89,49 +89,73 @@ export function matchesClient(ip: string, port: number, filter: string): boolean
   return ip === filter || joinHostPort(ip, port) === filter;
 }
 
-/** One connection in the table. Fields fixed at open; `info` is dropped at close so sockets can go. */
-export class TableEntry {
+/** A closed connection's facts, copied from the relay object at close (one flat object, off the data path). */
+type ClosedFacts = {
   readonly id: number;
   readonly service: string;
   readonly protocol: 'TCP' | 'UDP';
   readonly clientAddress: string;
   readonly clientPort: number;
-  /** The endpoint relayed to (`ip:port`), else null; final at close. */
-  endpoint: string | null;
+  readonly endpoint: string | null;
   readonly startMs: number;
+  readonly endMs: number;
+  readonly bytesFromClient: number;
+  readonly bytesToClient: number;
+  readonly attempts: readonly ConnectAttempt[];
+  readonly closeReason: CloseReason | null;
+  readonly app: AppInfo | null;
+};
+
+/**
+ * One connection in the table. While active it keeps only the live connection (its facts are read from it:
+ * none of them changes once it has opened), the sniffer and the list links; at close the facts are copied
+ * into one flat object and the connection and the sniffer are let go. Idle traced connections are many;
+ * closed ones are at most the recent ring.
+ */
+export class TableEntry {
   /** The live connection while active. */
   info: ConnectionInfo | undefined;
+  /** Set at close. */
+  final: ClosedFacts | undefined = undefined;
   /** Protocols mode only, from the first bytes on; kept after it is done for info(), dropped at close. */
-  sniffer: Sniffer | undefined;
+  sniffer: Sniffer | undefined = undefined;
   /** Protocols mode: the connection is sniffed (its app is `no-data` until bytes start a sniffer). */
-  sniffed: boolean;
+  sniffed = false;
   /** False once the sniffer is done (or there is none): data callbacks return on this one check. */
-  sniffing: boolean;
+  sniffing = false;
   // The active list, newest at the tail.
   prev: TableEntry | undefined = undefined;
   next: TableEntry | undefined = undefined;
-  // The final values, set at close as plain fields: a closed entry sits in the recent ring for a while,
-  // and one flat object per connection is what that ring makes the garbage collector carry along.
-  closed = false;
-  endMs = 0;
-  finalBytesFromClient = 0;
-  finalBytesToClient = 0;
-  attempts: readonly ConnectAttempt[] = NO_ATTEMPTS;
-  closeReason: CloseReason | null = null;
-  app: AppInfo | null = null;
 
   constructor(conn: ConnectionInfo) {
-    this.id = conn.id;
-    this.service = conn.service;
-    this.protocol = conn.protocol;
-    this.clientAddress = conn.clientAddress;
-    this.clientPort = conn.clientPort;
-    this.endpoint = conn.endpoint?.key ?? null;
-    this.startMs = conn.startMs;
     this.info = conn;
-    this.sniffer = undefined;
-    this.sniffed = false;
-    this.sniffing = false;
+  }
+
+  get closed(): boolean {
+    return this.final !== undefined;
+  }
+  get id(): number {
+    return (this.info ?? this.final!).id;
+  }
+  get service(): string {
+    return (this.info ?? this.final!).service;
+  }
+  get protocol(): 'TCP' | 'UDP' {
+    return (this.info ?? this.final!).protocol;
+  }
+  get clientAddress(): string {
+    return (this.info ?? this.final!).clientAddress;
+  }
+  get clientPort(): number {
+    return (this.info ?? this.final!).clientPort;
+  }
+  /** The endpoint relayed to (`ip:port`), else null. */
+  get endpoint(): string | null {
+    const conn = this.info;
+    return conn === undefined ? this.final!.endpoint : (conn.endpoint?.key ?? null);
+  }
+  get startMs(): number {
+    return (this.info ?? this.final!).startMs;
   }
 
   /** Protocols mode: data callbacks feed a sniffer, started by the first bytes (startSniffer). */
@@ -160,39 +184,40 @@ export class TableEntry {
 
   /** The final record once closed (built on each call, off the data path). */
   get record(): ConnectionRecord | undefined {
-    if (!this.closed) return undefined;
+    const f = this.final;
+    if (f === undefined) return undefined;
     return {
-      id: this.id,
-      service: this.service,
-      protocol: this.protocol,
-      client: this.client,
-      endpoint: this.endpoint,
+      id: f.id,
+      service: f.service,
+      protocol: f.protocol,
+      client: joinHostPort(f.clientAddress, f.clientPort),
+      endpoint: f.endpoint,
       state: 'closed',
-      startMs: this.startMs,
-      endMs: this.endMs,
-      durationMs: Math.max(0, this.endMs - this.startMs),
-      bytesFromClient: this.finalBytesFromClient,
-      bytesToClient: this.finalBytesToClient,
-      attempts: this.attempts,
-      closeReason: this.closeReason,
-      app: this.app,
+      startMs: f.startMs,
+      endMs: f.endMs,
+      durationMs: Math.max(0, f.endMs - f.startMs),
+      bytesFromClient: f.bytesFromClient,
+      bytesToClient: f.bytesToClient,
+      attempts: f.attempts,
+      closeReason: f.closeReason,
+      app: f.app,
     };
   }
 
   /** The current view: live byte counts while active, the final record once closed. */
   snapshot(nowMs: number): ConnectionRecord {
-    if (this.closed) return this.record!;
-    const conn = this.info!;
+    const conn = this.info;
+    if (conn === undefined) return this.record!;
     return {
-      id: this.id,
-      service: this.service,
-      protocol: this.protocol,
-      client: this.client,
-      endpoint: this.endpoint,
+      id: conn.id,
+      service: conn.service,
+      protocol: conn.protocol,
+      client: joinHostPort(conn.clientAddress, conn.clientPort),
+      endpoint: conn.endpoint?.key ?? null,
       state: 'active',
-      startMs: this.startMs,
+      startMs: conn.startMs,
       endMs: null,
-      durationMs: Math.max(0, nowMs - this.startMs),
+      durationMs: Math.max(0, nowMs - conn.startMs),
       bytesFromClient: conn.bytesFromClient,
       bytesToClient: conn.bytesToClient,
       attempts: copyAttempts(conn.failedAttempts),
@@ -203,15 +228,22 @@ export class TableEntry {
 
   /** Keeps the final values of the (closed) connection and lets go of it and the sniffer. */
   finish(conn: ConnectionInfo): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.endMs = conn.endMs;
-    this.endpoint = conn.endpoint?.key ?? this.endpoint;
-    this.finalBytesFromClient = conn.bytesFromClient;
-    this.finalBytesToClient = conn.bytesToClient;
-    this.attempts = copyAttempts(conn.failedAttempts);
-    this.closeReason = conn.closeReason ?? null;
-    this.app = this.appInfo();
+    if (this.final !== undefined) return;
+    this.final = {
+      id: conn.id,
+      service: conn.service,
+      protocol: conn.protocol,
+      clientAddress: conn.clientAddress,
+      clientPort: conn.clientPort,
+      endpoint: conn.endpoint?.key ?? null,
+      startMs: conn.startMs,
+      endMs: conn.endMs,
+      bytesFromClient: conn.bytesFromClient,
+      bytesToClient: conn.bytesToClient,
+      attempts: copyAttempts(conn.failedAttempts),
+      closeReason: conn.closeReason ?? null,
+      app: this.appInfo(),
+    };
     this.info = undefined;
     this.sniffer = undefined;
     this.sniffing = false;

@@ -2,6 +2,7 @@
 // following Content-Length and chunked bodies to find the next message without buffering them. Header
 // values other than Host are never copied out. Pure: no I/O; never throws; bounded memory.
 import { equalsLower, latin1 } from './bytes.ts';
+import { Latin1Cache } from './latin1-cache.ts';
 import type { Http1Info, HttpExchange, Sniffer, SniffLimits } from './types.ts';
 
 /** Longest line we will hold (request line, a kept header, a chunk-size line). */
@@ -27,6 +28,9 @@ const H_CONTENT_LENGTH = 2;
 const H_TRANSFER_ENCODING = 3;
 const H_UPGRADE = 4;
 
+/** Paths and Host values, shared by every HTTP/1 sniffer (sniffing is synchronous, on one thread). */
+const strings = new Latin1Cache();
+
 /** One request and its response as they are parsed; info() copies out the HttpExchange fields. */
 class Exchange {
   readonly index: number;
@@ -38,9 +42,7 @@ class Exchange {
   status: number | undefined = undefined;
   ttfbMs: number | undefined = undefined;
   durationMs: number | undefined = undefined;
-  // What framing the response needs.
-  readonly head: boolean;
-  readonly connect: boolean;
+  /** The Upgrade the request asked for (what a 101 switches to). */
   readonly upgrade: string | undefined;
   /** The next recorded exchange, and the next request waiting for its response (linked lists: no arrays). */
   nextRecorded: Exchange | undefined = undefined;
@@ -53,9 +55,15 @@ class Exchange {
     this.version = d.version;
     this.host = d.host;
     this.startMs = d.startMs;
-    this.head = d.method === 'HEAD';
-    this.connect = d.method === 'CONNECT';
     this.upgrade = d.upgrade;
+  }
+
+  // What framing the response needs (read once per response: no fields for them).
+  get head(): boolean {
+    return this.method === 'HEAD';
+  }
+  get connect(): boolean {
+    return this.method === 'CONNECT';
   }
 
   toJSON(): HttpExchange {
@@ -73,9 +81,12 @@ class Exchange {
   }
 }
 
-/** Parse state of one direction. */
+/**
+ * Parse state of one direction while a message is in it. Between messages it holds nothing a connection
+ * needs, so the sniffer gives it back (idleDirections) and an idle keep-alive connection keeps none.
+ */
 class Direction {
-  readonly isRequest: boolean;
+  isRequest: boolean;
   state = S_START;
   /** A line that spans chunks; only allocated when one does. */
   line: Buffer | undefined = undefined;
@@ -101,6 +112,27 @@ class Direction {
     this.isRequest = isRequest;
   }
 
+  /** Nothing of a message is held: the last one ended and no part of the next has arrived. */
+  get idle(): boolean {
+    return this.state === S_START && this.lineLen === 0 && !this.skipping;
+  }
+
+  /** Back to a new direction's state (its line buffer is kept for the next user). */
+  clear(isRequest: boolean): void {
+    this.isRequest = isRequest;
+    this.state = S_START;
+    this.lineLen = 0;
+    this.skipping = false;
+    this.colonSeen = false;
+    this.remaining = 0;
+    this.startMs = 0;
+    this.method = '';
+    this.path = '';
+    this.version = '';
+    this.status = 0;
+    this.resetHead();
+  }
+
   resetHead(): void {
     this.host = undefined;
     this.upgrade = undefined;
@@ -110,41 +142,77 @@ class Direction {
   }
 }
 
+type StopReason = 'truncated' | 'malformed' | 'upgrade' | 'eof';
+
+// Directions given back between messages, for the next chunk of any connection to take: a keep-alive
+// request takes one and gives it back without allocating, and an idle connection holds none.
+const MAX_IDLE_DIRECTIONS = 16;
+const idleDirections: Direction[] = [];
+
+function takeDirection(isRequest: boolean): Direction {
+  const d = idleDirections.pop();
+  if (d === undefined) return new Direction(isRequest);
+  d.clear(isRequest);
+  return d;
+}
+
+function giveBack(d: Direction): void {
+  if (idleDirections.length < MAX_IDLE_DIRECTIONS) idleDirections.push(d);
+}
+
 /** Sniffs an HTTP/1.x connection: done after maxRequests exchanges, an upgrade, or a parse limit. */
 export class Http1Sniffer implements Sniffer {
   readonly #limits: SniffLimits;
-  readonly #req = new Direction(true);
-  readonly #res = new Direction(false);
+  // Only while a message is part-way through; undefined between messages.
+  #req: Direction | undefined = undefined;
+  #res: Direction | undefined = undefined;
   // The first maxRequests exchanges, and the requests waiting for their response (oldest first).
   #recorded: Exchange | undefined = undefined;
-  #lastRecorded: Exchange | undefined = undefined;
-  #recordedCount = 0;
   #pending: Exchange | undefined = undefined;
   #lastPending: Exchange | undefined = undefined;
   #pendingCount = 0;
   #requests = 0;
   #responses = 0;
   #upgrade: string | undefined = undefined;
-  #truncated = false;
-  #malformed = false;
-  #stopped = false;
+  /** Why sniffing stopped; undefined while it goes on. One field: an idle connection keeps this object. */
+  #stoppedBy: StopReason | undefined = undefined;
 
   constructor(limits: SniffLimits) {
     this.#limits = limits;
   }
 
   get done(): boolean {
-    if (this.#stopped) return true;
+    if (this.#stoppedBy !== undefined) return true;
     if (this.#limits.keepCounting) return false;
     return this.#requests >= this.#limits.maxRequests && this.#pendingCount === 0;
   }
 
   onClientData(buf: Buffer, nowMs: number): void {
-    if (!this.done) this.#feed(this.#req, buf, nowMs);
+    if (this.done) return;
+    const d = this.#req ?? takeDirection(true);
+    this.#feed(d, buf, nowMs);
+    this.#req = this.#keep(d);
   }
 
   onEndpointData(buf: Buffer, nowMs: number): void {
-    if (!this.done) this.#feed(this.#res, buf, nowMs);
+    if (this.done) return;
+    const d = this.#res ?? takeDirection(false);
+    this.#feed(d, buf, nowMs);
+    this.#res = this.#keep(d);
+  }
+
+  /** The direction when it is part-way through a message; else it is given back. */
+  #keep(d: Direction): Direction | undefined {
+    if (!this.done) {
+      if (!d.idle) return d;
+      giveBack(d);
+      return undefined;
+    }
+    // No byte will be fed any more (stopped, or the last exchange ended with part of a request after it).
+    giveBack(d);
+    this.#req = undefined;
+    this.#res = undefined;
+    return undefined;
   }
 
   info(): Http1Info {
@@ -154,15 +222,15 @@ export class Http1Sniffer implements Sniffer {
       requests: this.#requests,
       responses: this.#responses,
       upgrade: this.#upgrade,
-      truncated: this.#truncated,
-      malformed: this.#malformed,
+      truncated: this.#stoppedBy === 'truncated',
+      malformed: this.#stoppedBy === 'malformed',
     };
   }
 
   #feed(d: Direction, buf: Buffer, nowMs: number): void {
     let i = 0;
     const n = buf.length;
-    while (i < n && !this.#stopped) {
+    while (i < n && this.#stoppedBy === undefined) {
       const st = d.state;
       if (st === S_BODY || st === S_CHUNK_DATA) {
         const left = n - i;
@@ -348,7 +416,7 @@ export class Http1Sniffer implements Sniffer {
           return;
         }
       }
-      if (d.host === undefined) d.host = latin1(b, s, e, MAX_HOST);
+      if (d.host === undefined) d.host = strings.get(b, s, e, MAX_HOST);
     } else if (id === H_UPGRADE) {
       d.upgrade = latin1(b, s, e, 32).toLowerCase();
     } else if (id === H_CONTENT_LENGTH) {
@@ -404,7 +472,7 @@ export class Http1Sniffer implements Sniffer {
     let te = ts;
     while (te < sp && b[te] !== 0x3f && b[te] !== 0x23) te++;
     d.method = methodString(b, s, p);
-    d.path = latin1(b, ts, te, MAX_PATH);
+    d.path = strings.get(b, ts, te, MAX_PATH);
     d.version = versionString(b, sp + 1);
     d.resetHead();
     d.state = S_HEADERS;
@@ -478,11 +546,14 @@ export class Http1Sniffer implements Sniffer {
     }
     const index = this.#requests++;
     const x = new Exchange(index, d);
-    if (this.#recordedCount < this.#limits.maxRequests) {
-      if (this.#lastRecorded === undefined) this.#recorded = x;
-      else this.#lastRecorded.nextRecorded = x;
-      this.#lastRecorded = x;
-      this.#recordedCount++;
+    // The first maxRequests are recorded (a list of at most maxRequests: found by walking it).
+    if (index < this.#limits.maxRequests) {
+      let last = this.#recorded;
+      if (last === undefined) this.#recorded = x;
+      else {
+        while (last.nextRecorded !== undefined) last = last.nextRecorded;
+        last.nextRecorded = x;
+      }
     }
     if (this.#lastPending === undefined) this.#pending = x;
     else this.#lastPending.nextPending = x;
@@ -557,12 +628,9 @@ export class Http1Sniffer implements Sniffer {
     return list;
   }
 
-  #stop(why: 'truncated' | 'malformed' | 'upgrade' | 'eof'): void {
-    if (why === 'truncated') this.#truncated = true;
-    else if (why === 'malformed') this.#malformed = true;
-    this.#stopped = true;
-    this.#req.line = undefined;
-    this.#res.line = undefined;
+  #stop(why: StopReason): void {
+    // The first reason stays (a stop ends the parse: no second one follows).
+    this.#stoppedBy ??= why;
   }
 }
 

@@ -282,10 +282,37 @@ function parseServerHello(b: Buffer): { version: string | undefined; alpn: strin
   return out;
 }
 
-/** Sniffs one TLS connection: done once both hellos were read (or given up on). */
+/** What info() reads of a reader once it is done: its flags (its collectors and their buffers are let go). */
+type ReaderResult = {
+  readonly phase: number;
+  readonly tooLarge: boolean;
+  readonly malformed: boolean;
+  readonly alert: number | undefined;
+  partial(): Buffer | undefined;
+};
+
+const noPartial = (): undefined => undefined;
+/** The usual end of a reader, a hello read whole: one object for every connection. */
+const READ_WHOLE: ReaderResult = Object.freeze({
+  phase: R_DONE,
+  tooLarge: false,
+  malformed: false,
+  alert: undefined,
+  partial: noPartial,
+});
+
+function finished(r: HelloReader): ReaderResult {
+  if (!r.tooLarge && !r.malformed && r.alert === undefined) return READ_WHOLE;
+  return { phase: R_DONE, tooLarge: r.tooLarge, malformed: r.malformed, alert: r.alert, partial: noPartial };
+}
+
+/**
+ * Sniffs one TLS connection: done once both hellos were read (or given up on). A direction's reader is
+ * replaced by its result once done: a connection whose handshake was seen keeps the hello's fields only.
+ */
 export class TlsSniffer implements Sniffer {
-  readonly #client = new HelloReader(1);
-  readonly #server = new HelloReader(2);
+  #client: HelloReader | ReaderResult = new HelloReader(1);
+  #server: HelloReader | ReaderResult = new HelloReader(2);
   #hello: (ClientHelloFields & { ok: boolean }) | undefined = undefined;
   #complete = false;
   #selectedVersion: string | undefined = undefined;
@@ -296,16 +323,20 @@ export class TlsSniffer implements Sniffer {
   }
 
   onClientData(buf: Buffer, _nowMs: number): void {
-    if (this.#client.phase === R_DONE) return;
-    const body = this.#client.feed(buf);
+    const r = this.#client;
+    if (!(r instanceof HelloReader)) return;
+    const body = r.feed(buf);
+    if (r.phase === R_DONE) this.#client = finished(r);
     if (body === undefined) return;
     this.#hello = parseClientHello(body);
     this.#complete = this.#hello.ok;
   }
 
   onEndpointData(buf: Buffer, _nowMs: number): void {
-    if (this.#server.phase === R_DONE) return;
-    const body = this.#server.feed(buf);
+    const r = this.#server;
+    if (!(r instanceof HelloReader)) return;
+    const body = r.feed(buf);
+    if (r.phase === R_DONE) this.#server = finished(r);
     if (body === undefined) return;
     const sh = parseServerHello(body);
     this.#selectedVersion = sh.version;

@@ -2,9 +2,11 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type net from 'node:net';
 import { test } from 'node:test';
+import v8 from 'node:v8';
 import { request as undiciRequest } from 'undici';
-import { createSniffer } from '../../../src/trace/sniff/classify.ts';
+import { createSniffer, sniffLimits, startSniffer } from '../../../src/trace/sniff/classify.ts';
 import type { Http1Info, SniffEvent, Sniffer } from '../../../src/trace/sniff/types.ts';
+import { collectGarbage } from '../../helpers/heap.ts';
 import {
   assertSplitInvariant,
   bytewise,
@@ -254,6 +256,114 @@ test('bounded: maxRequests recorded, the rest counted; then done', () => {
   const k = http1(counting.info());
   assert.equal(counting.done, false);
   assert.deepEqual([k.exchanges.length, k.requests, k.responses, events.length], [4, 50, 50, 100]);
+});
+
+test('between exchanges a sniffer holds no parse state: connections that interleave mid-message each trace their 2nd, 16th and pipelined requests', () => {
+  // The parse state of a direction is given back once a message ends and taken again by the next byte (of
+  // this connection or another): interleave two connections, each part-way through a line, a header, a
+  // body and a chunk, at every point where the other one takes and gives back state.
+  const req = (i: number, host: string) =>
+    i % 3 === 0
+      ? `POST /r${i}?token=x HTTP/1.1\r\nHost: ${host}\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\n\r\n`
+      : `GET /r${i} HTTP/1.1\r\nHost: ${host}\r\nCookie: a=b\r\n\r\n`;
+  const res = (i: number) => `HTTP/1.1 ${200 + (i % 4)} OK\r\nContent-Length: 3\r\nX: y\r\n\r\nabc`;
+  const a = sniffer(undefined, 16);
+  const b = sniffer(undefined, 16);
+  const feed = (sn: Sniffer, text: string, client: boolean, at: number) =>
+    client ? sn.onClientData(Buffer.from(text), at) : sn.onEndpointData(Buffer.from(text), at);
+  for (let i = 0; i < 17; i++) {
+    const [ra, rb] = [req(i, 'a.test'), req(i, 'b.test')];
+    const cut = 3 + ((i * 7) % (ra.length - 4));
+    feed(a, ra.slice(0, cut), true, 10 * i);
+    feed(b, rb, true, 10 * i);
+    feed(a, ra.slice(cut), true, 10 * i + 1);
+    const [sa, sb] = [res(i), res(i)];
+    const rcut = 2 + ((i * 5) % (sa.length - 3));
+    feed(b, sb.slice(0, rcut), false, 10 * i + 2);
+    feed(a, sa, false, 10 * i + 3);
+    feed(b, sb.slice(rcut), false, 10 * i + 4);
+  }
+  for (const [sn, host] of [
+    [a, 'a.test'],
+    [b, 'b.test'],
+  ] as const) {
+    const info = http1(sn.info());
+    assert.equal(sn.done, true, 'done after its 16th exchange');
+    assert.deepEqual([info.requests, info.responses, info.exchanges.length], [16, 16, 16]);
+    for (const [i, x] of info.exchanges.entries()) {
+      assert.deepEqual(
+        [x.index, x.method, x.path, x.host, x.status, x.durationMs !== undefined],
+        [i, i % 3 === 0 ? 'POST' : 'GET', `/r${i}`, host, 200 + (i % 4), true],
+      );
+    }
+    assert.equal(info.malformed || info.truncated, false);
+  }
+  // Pipelined after an idle gap: three requests in one chunk, their responses split mid-body.
+  const p = sniffer();
+  p.onClientData(Buffer.from(req(1, 'h')), 1);
+  p.onEndpointData(Buffer.from(res(1)), 2);
+  p.onClientData(Buffer.from(req(2, 'h') + req(3, 'h') + req(4, 'h')), 3);
+  const all = res(2) + res(3) + res(4);
+  p.onEndpointData(Buffer.from(all.slice(0, 40)), 4);
+  a.onClientData(Buffer.from('GET /other'), 4); // done: takes nothing
+  p.onEndpointData(Buffer.from(all.slice(40)), 5);
+  assert.deepEqual(
+    http1(p.info()).exchanges.map((x) => [x.path, x.status]),
+    [
+      ['/r1', 201],
+      ['/r2', 202],
+      ['/r3', 203],
+      ['/r4', 200],
+    ],
+  );
+});
+
+test('an idle keep-alive sniffer after one exchange holds its exchange only (< 400 B: no parse state, no copy of a repeated path or Host)', async () => {
+  const used = async () => {
+    await collectGarbage();
+    return v8.getHeapStatistics().used_heap_size;
+  };
+  const n = 4000;
+  const kept: Sniffer[] = new Array(n);
+  const request = Buffer.from('GET /api/v1/items HTTP/1.1\r\nHost: shop.prod.svc.cluster.local\r\n\r\n');
+  const response = Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok');
+  // As the tracer starts them: one shared limits object, the protocol's sniffer started by the first bytes.
+  const limits = sniffLimits({ maxRequests: 16 });
+  const before = await used();
+  for (let i = 0; i < n; i++) {
+    const sn = startSniffer(limits, 'tcp', true, request, 1_800_000_000_000 + i)!;
+    sn.onEndpointData(response, 1_800_000_000_005 + i);
+    kept[i] = sn;
+  }
+  const each = ((await used()) - before) / n;
+  assert.equal(http1(kept[n - 1]!.info()).exchanges[0]!.status, 200);
+  // Before: the sniffer 152 B, its two directions 320, the exchange 136, its path and Host 64 (~690 B).
+  assert.ok(each < 400, `${each.toFixed(0)} B a sniffer`);
+});
+
+test('a sniffer done with part of one more request in hand lets go of it (< 400 B; ~560 while it kept the part)', async () => {
+  const used = async () => {
+    await collectGarbage();
+    return v8.getHeapStatistics().used_heap_size;
+  };
+  const n = 4000;
+  const kept: Sniffer[] = new Array(n);
+  const limits = sniffLimits({ maxRequests: 1 });
+  const request = Buffer.from('GET /a HTTP/1.1\r\nHost: h\r\n\r\n');
+  const partOfNext = Buffer.from('GET /b HTTP/1.1\r\nHost: h\r\nCookie: ');
+  const response = Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n');
+  const before = await used();
+  for (let i = 0; i < n; i++) {
+    const sn = startSniffer(limits, 'tcp', true, request, 1)!;
+    sn.onClientData(partOfNext, 2);
+    sn.onEndpointData(response, 3);
+    kept[i] = sn;
+  }
+  const each = ((await used()) - before) / n;
+  const info = http1(kept[0]!.info());
+  assert.equal(kept[0]!.done, true);
+  assert.deepEqual([info.requests, info.responses, info.exchanges[0]!.path], [1, 1, '/a']);
+  assert.ok(each < 400, `${each.toFixed(0)} B a sniffer`);
 });
 
 test('upgrade to websocket and CONNECT tunnels end sniffing', () => {

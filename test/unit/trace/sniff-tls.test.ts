@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
 import type net from 'node:net';
-import { test } from 'node:test';
+import { type TestContext, test } from 'node:test';
 import tls from 'node:tls';
-import { createSniffer } from '../../../src/trace/sniff/classify.ts';
+import v8 from 'node:v8';
+import { createSniffer, sniffLimits, startSniffer } from '../../../src/trace/sniff/classify.ts';
 import { TlsSniffer } from '../../../src/trace/sniff/tls.ts';
-import type { TlsInfo } from '../../../src/trace/sniff/types.ts';
+import type { Sniffer, TlsInfo } from '../../../src/trace/sniff/types.ts';
+import { collectGarbage } from '../../helpers/heap.ts';
 import {
   assertSplitInvariant,
   bytewise,
@@ -111,7 +113,8 @@ test('a real tls.connect ClientHello: SNI, ALPN, versions; split anywhere gives 
   assert.ok(sawSniBeforeEnd, 'a truncated hello still yields the SNI it carries');
 });
 
-test('a real TLS 1.2 handshake (PSK, no certificate): the ServerHello picks the version and ALPN', async (t) => {
+/** A real TLS 1.2 handshake (PSK, no certificate) on loopback, both directions as they went by. */
+async function pskHandshake(t: TestContext): Promise<Step[]> {
   const psk = Buffer.from('000102030405060708090a0b0c0d0e0f', 'hex');
   const ciphers = 'PSK-AES128-GCM-SHA256';
   const server = tls.createServer(
@@ -142,7 +145,11 @@ test('a real TLS 1.2 handshake (PSK, no certificate): the ServerHello picks the 
         sock.on('error', reject);
       }),
   );
-  const merged = merge(steps);
+  return merge(steps);
+}
+
+test('a real TLS 1.2 handshake (PSK, no certificate): the ServerHello picks the version and ALPN', async (t) => {
+  const merged = await pskHandshake(t);
   const sn = createSniffer({ protocol: 'tcp' });
   const info = tlsInfo(replay(sn, merged));
   assert.equal(sn.done, true);
@@ -151,6 +158,40 @@ test('a real TLS 1.2 handshake (PSK, no certificate): the ServerHello picks the 
     ['db.example.test', ['http/1.1', 'h2'], 'TLS1.2', 'h2'],
   );
   assert.deepStrictEqual(replay(createSniffer({ protocol: 'tcp' }), merged, bytewise), info);
+});
+
+test('a connection whose handshake was seen keeps the fields of the hellos only (< 600 B; 1,150 with the readers kept), even when the hellos came in pieces', async (t) => {
+  const merged = await pskHandshake(t);
+  const limits = sniffLimits({});
+  const n = 2000;
+  const kept: Sniffer[] = [];
+  await collectGarbage();
+  const before = v8.getHeapStatistics().used_heap_size;
+  for (let i = 0; i < n; i++) {
+    let sn: Sniffer | undefined;
+    for (const step of merged) {
+      // Every other connection gets each flight in two reads: the readers copy the start of each hello.
+      const cut = i % 2 === 0 ? step.bytes.length : 60;
+      for (const part of [step.bytes.subarray(0, cut), step.bytes.subarray(cut)]) {
+        if (part.length === 0) continue;
+        const fromClient = step.from === 'client';
+        if (sn === undefined) sn = startSniffer(limits, 'tcp', fromClient, part, 1);
+        else if (fromClient) sn.onClientData(part, 1);
+        else sn.onEndpointData(part, 1);
+      }
+    }
+    kept.push(sn!);
+  }
+  await collectGarbage();
+  const each = (v8.getHeapStatistics().used_heap_size - before) / n;
+  const first = tlsInfo(kept[0]!.info());
+  assert.equal(kept[0]!.done, true);
+  assert.deepEqual(tlsInfo(kept[1]!.info()), first, 'the same facts from a handshake in pieces');
+  assert.deepEqual(
+    [first.sni, first.selectedVersion, first.selectedAlpn, first.complete, first.malformed],
+    ['db.example.test', 'TLS1.2', 'h2', true, false],
+  );
+  assert.ok(each < 600, `${each.toFixed(0)} B a connection`);
 });
 
 test('ServerHello for TLS 1.3 (supported_versions) and an alert instead of a hello', async () => {
