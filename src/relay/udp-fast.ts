@@ -9,7 +9,7 @@
 // JavaScript keeps every decision: a datagram from a client without a handed-over session comes back to
 // the listener as dgram would have delivered it (udp.ts opens, queues and sniffs as before); a session is
 // handed over once it is connected, has had its first reply (the endpoint proved alive) and its observer
-// wants no more bytes; its counts and last activity are read from the addon whenever they are needed
+// wants no more bytes (or the tap feeds them: below); its counts and last activity are read from the addon whenever they are needed
 // (expiry, caps, close, /debug/connections). An upstream error comes back as dgram's 'error' would.
 // Without the addon everything stays in JavaScript; KUP_UDP_FAST=off turns it off.
 //
