@@ -14,6 +14,15 @@
 // error on an upstream (ICMP port unreachable: ECONNREFUSED) is handed to JavaScript (onError) with the
 // session's id; the session is not used again until JavaScript removes it. A send that finds the socket
 // buffer full drops the datagram, as the network may.
+//
+// The tap: a session whose observer still wants its datagrams (a tracer's sniffer) is relayed here all the
+// same, with its tap on (tap()): each of its datagrams is sent on first, then handed to JavaScript, one
+// call a batch for all the batch's tapped datagrams (the listener's onTap(count), given to open()), as
+// entries of the Float64Array given to setupTap() (session id, side: 0 from the client / 1 to it, offset
+// and length in the Buffer setupTap() returned, which is the memory the batches are read into: valid
+// during the call only). The entries are handed over before any other call into JavaScript of the same
+// batch (a new client's datagram, an upstream error), so the observer sees each session's datagrams in
+// the order they came. JavaScript turns the tap off once the observer wants no more.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,6 +56,7 @@ typedef struct session {
   uint32_t hash;
   int fd;  // the upstream socket's descriptor (dgram's: never closed here)
   int failed;
+  int tap;  // its datagrams go to the listener's onTap too
   double id;
   double stats[5];  // last activity ms, bytes from client, bytes to client, datagrams from, datagrams to
 } session_t;
@@ -56,6 +66,7 @@ struct listener {
   napi_env env;
   napi_ref on_miss;
   napi_ref on_error;
+  napi_ref on_tap;  // NULL: its sessions cannot be tapped
   napi_async_context async;
   int fd;
   int family;
@@ -66,8 +77,17 @@ struct listener {
   uint32_t sessions;
 };
 
-// One loop thread: one set of batch buffers for every listener (pages untouched stay unmapped).
-static char buffers[BATCH][DGRAM_MAX];
+// One loop thread: one set of batch buffers for every listener (pages untouched stay unmapped); once
+// setupTap() made a Buffer of them, `buffers` is that Buffer's memory (the same array unless Node
+// refuses external buffers).
+static char static_buffers[BATCH][DGRAM_MAX];
+static char (*buffers)[DGRAM_MAX] = static_buffers;
+static napi_ref tap_buffer;
+// The tapped datagrams of the batch being relayed: TAP_FIELDS numbers each, in setupTap()'s Float64Array.
+#define TAP_FIELDS 4
+static napi_ref tap_info_ref;
+static double* tap_info;
+static int tapped;
 static struct mmsghdr msgs[BATCH];
 static struct iovec iovs[BATCH];
 static struct sockaddr_storage names[BATCH];
@@ -163,7 +183,32 @@ static void call_js(listener_t* l, napi_ref ref, size_t argc, napi_value* argv) 
   }
 }
 
+// Notes datagram i of the batch (sent on already) for the tap.
+static void tap_note(session_t* s, int side, int i, size_t len) {
+  double* e = tap_info + TAP_FIELDS * tapped++;
+  e[0] = s->id;
+  e[1] = side;
+  e[2] = (double)i * DGRAM_MAX;
+  e[3] = (double)len;
+}
+
+// Hands the batch's tapped datagrams to JavaScript in one call (none when the listener is closing: its
+// sessions were ended first).
+static void tap_flush(listener_t* l) {
+  int n = tapped;
+  if (n == 0) return;
+  tapped = 0;
+  if (l->closing || l->on_tap == NULL) return;
+  napi_handle_scope scope;
+  napi_open_handle_scope(l->env, &scope);
+  napi_value argv[1];
+  napi_create_int32(l->env, n, &argv[0]);
+  call_js(l, l->on_tap, 1, argv);
+  napi_close_handle_scope(l->env, scope);
+}
+
 static void hand_over(listener_t* l, const char* data, size_t len, const struct sockaddr_storage* sa) {
+  tap_flush(l);
   napi_handle_scope scope;
   napi_open_handle_scope(l->env, &scope);
   char text[INET6_ADDRSTRLEN + IF_NAMESIZE + 1];
@@ -193,6 +238,7 @@ static void fail_session(session_t* s, int err) {
   if (s->failed) return;
   s->failed = 1;
   uv_poll_stop(&s->poll);
+  tap_flush(l);
   napi_handle_scope scope;
   napi_open_handle_scope(l->env, &scope);
   napi_value argv[2];
@@ -233,9 +279,14 @@ static void on_listener(uv_poll_t* poll, int status, int events) {
     s->stats[3] += 1;
     l->bypassed += 1;
     if (send(s->fd, buffers[i], len, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-        errno != ENOBUFS)
+        errno != ENOBUFS) {
+      if (s->tap) tap_note(s, 0, i, len);  // sent or not, as the JavaScript relay's observer saw it
       fail_session(s, errno);
+      continue;
+    }
+    if (s->tap) tap_note(s, 0, i, len);
   }
+  tap_flush(l);
 }
 
 static void on_upstream(uv_poll_t* poll, int status, int events) {
@@ -286,6 +337,10 @@ static void on_upstream(uv_poll_t* poll, int status, int events) {
     }
     sent += m;
   }
+  if (s->tap) {
+    for (int i = 0; i < n; i++) tap_note(s, 1, i, iovs[i].iov_len);
+    tap_flush(l);
+  }
 }
 
 static void free_listener(uv_handle_t* h) {
@@ -309,11 +364,12 @@ static napi_value int_result(napi_env env, int32_t value) {
   return out;
 }
 
-// open(fd, onMiss, onError): a listener's fast path from now on; its dgram socket must stop reading.
+// open(fd, onMiss, onError, onTap?): a listener's fast path from now on; its dgram socket must stop
+// reading. onTap(count): its sessions' tapped datagrams (without it, none of them can be tapped).
 // Returns the listener (an external) or -errno.
 static napi_value Open(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3];
+  size_t argc = 4;
+  napi_value argv[4];
   int32_t fd = -1;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 ||
       napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0)
@@ -340,6 +396,9 @@ static napi_value Open(napi_env env, napi_callback_info info) {
   }
   napi_create_reference(env, argv[1], 1, &l->on_miss);
   napi_create_reference(env, argv[2], 1, &l->on_error);
+  napi_valuetype type = napi_undefined;
+  if (argc >= 4) napi_typeof(env, argv[3], &type);
+  if (type == napi_function) napi_create_reference(env, argv[3], 1, &l->on_tap);
   napi_value name;
   napi_create_string_utf8(env, "kup.udpFast", NAPI_AUTO_LENGTH, &name);
   napi_async_init(env, NULL, name, &l->async);
@@ -453,6 +512,53 @@ static napi_value Remove(napi_env env, napi_callback_info info) {
   return int_result(env, 0);
 }
 
+// setupTap(info): info, a Float64Array of 4 × 32 numbers, is where each batch's tapped datagrams are
+// described from now on; returns the Buffer whose bytes the entries' offsets point into, or -errno. Once
+// per process (a second call keeps the Buffer and takes the new array).
+static napi_value SetupTap(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_typedarray_type type;
+  size_t length;
+  void* data;
+  napi_value ab;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+      napi_get_typedarray_info(env, argv[0], &type, &length, &data, &ab, NULL) != napi_ok ||
+      type != napi_float64_array || length < TAP_FIELDS * BATCH)
+    return int_result(env, -EINVAL);
+  napi_value buf;
+  if (tap_buffer == NULL) {
+    // The batches' own memory, or (where Node allows no external buffers) a Buffer they move to.
+    if (napi_create_external_buffer(env, sizeof static_buffers, static_buffers, NULL, NULL, &buf) != napi_ok) {
+      napi_value ignored;
+      napi_get_and_clear_last_exception(env, &ignored);
+      void* mem;
+      if (napi_create_buffer(env, sizeof static_buffers, &mem, &buf) != napi_ok) return int_result(env, -ENOMEM);
+      buffers = mem;
+    }
+    napi_create_reference(env, buf, 1, &tap_buffer);
+  } else
+    napi_get_reference_value(env, tap_buffer, &buf);
+  if (tap_info_ref != NULL) napi_delete_reference(env, tap_info_ref);
+  napi_create_reference(env, argv[0], 1, &tap_info_ref);
+  tap_info = data;
+  return buf;
+}
+
+// tap(session, on): its datagrams go to the listener's onTap too, or no more. 0, or -EINVAL (no
+// setupTap(), or a listener opened without onTap).
+static napi_value Tap(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  bool on = false;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2) return int_result(env, -EINVAL);
+  session_t* s = session_arg(env, argv[0]);
+  if (s == NULL || napi_get_value_bool(env, argv[1], &on) != napi_ok) return int_result(env, -EINVAL);
+  if (on && (tap_info == NULL || s->listener->on_tap == NULL)) return int_result(env, -EINVAL);
+  s->tap = on;
+  return int_result(env, 0);
+}
+
 // bypassed(listener): datagrams this relayed for the listener, both ways.
 static napi_value Bypassed(napi_env env, napi_callback_info info) {
   size_t argc = 1;
@@ -475,6 +581,8 @@ static napi_value Close(napi_env env, napi_callback_info info) {
   l->closing = 1;
   napi_delete_reference(env, l->on_miss);
   napi_delete_reference(env, l->on_error);
+  if (l->on_tap != NULL) napi_delete_reference(env, l->on_tap);
+  l->on_tap = NULL;
   napi_async_destroy(env, l->async);
   // uv_close takes the duplicate out of the loop's epoll set now; closed after it, since the dgram
   // socket keeps the file open (epoll would go on reporting a closed duplicate).
@@ -490,6 +598,8 @@ static napi_value Init(napi_env env, napi_value exports) {
       {"stats", NULL, Stats, NULL, NULL, NULL, napi_enumerable, NULL},
       {"remove", NULL, Remove, NULL, NULL, NULL, napi_enumerable, NULL},
       {"bypassed", NULL, Bypassed, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"setupTap", NULL, SetupTap, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"tap", NULL, Tap, NULL, NULL, NULL, napi_enumerable, NULL},
       {"close", NULL, Close, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

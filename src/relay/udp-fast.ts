@@ -9,9 +9,15 @@
 // JavaScript keeps every decision: a datagram from a client without a handed-over session comes back to
 // the listener as dgram would have delivered it (udp.ts opens, queues and sniffs as before); a session is
 // handed over once it is connected, has had its first reply (the endpoint proved alive) and its observer
-// wants no more bytes; its counts and last activity are read from the addon whenever they are needed
+// wants no more bytes (or the tap feeds them: below); its counts and last activity are read from the addon whenever they are needed
 // (expiry, caps, close, /debug/connections). An upstream error comes back as dgram's 'error' would.
 // Without the addon everything stays in JavaScript; KUP_UDP_FAST=off turns it off.
+//
+// A session whose observer still wants its datagrams (a tracer's DNS sniffer, for its first queries) is
+// handed over all the same, with its tap on: the addon sends each datagram on, then hands the batch's
+// tapped ones to the listener in one call (UdpTap below), and udp.ts feeds them to the observer as it
+// fed the datagrams it relayed itself, and turns the tap off once the observer wants no more.
+// KUP_UDP_TAP=off keeps such a session in JavaScript until its observer is done, as before the tap.
 import type dgram from 'node:dgram';
 import { getSystemErrorName } from 'node:util';
 import { type AddonSupport, loadAddon } from '../lib/native-addon.ts';
@@ -21,11 +27,15 @@ export type FastHandle = object;
 
 /** native/udp_fast.c; the numbers returned are 0 or -errno. */
 export interface UdpFastCalls {
-  /** Reads the listener socket `fd` from now on; datagrams of unknown clients go to `onMiss`. */
+  /**
+   * Reads the listener socket `fd` from now on; datagrams of unknown clients go to `onMiss`; a batch's
+   * tapped datagrams to `onTap` (their entries in setupTap()'s array; without it nothing is tapped).
+   */
   open(
     fd: number,
     onMiss: (msg: Buffer, address: string, port: number) => void,
     onError: (id: number, errno: number) => void,
+    onTap?: (count: number) => void,
   ): FastHandle | number;
   /** Relays client address:port's datagrams through the connected socket `fd` from now on. */
   add(listener: FastHandle, id: number, address: string, port: number, fd: number): FastHandle | number;
@@ -35,11 +45,19 @@ export interface UdpFastCalls {
   /** Datagrams the addon relayed for the listener, both ways. */
   bypassed(listener: FastHandle): number;
   close(listener: FastHandle): number;
+  /**
+   * Where each batch's tapped datagrams are described from now on (TAP_FIELDS numbers each: session id,
+   * side, offset, length); returns the Buffer the offsets point into (the batch memory: valid during the
+   * onTap call only), or -errno.
+   */
+  setupTap(info: Float64Array): Buffer | number;
+  /** The session's datagrams go to its listener's onTap too (true) or no more; 0 or -errno. */
+  tap(session: FastHandle, on: boolean): number;
 }
 
 export type UdpFastSupport = AddonSupport<UdpFastCalls>;
 
-const CALLS = ['open', 'add', 'stats', 'remove', 'bypassed', 'close'] as const;
+const CALLS = ['open', 'add', 'stats', 'remove', 'bypassed', 'close', 'setupTap', 'tap'] as const;
 
 /** Loads the addon once per process; the error says why it is not there. */
 export function loadUdpFast(env: NodeJS.ProcessEnv = process.env): UdpFastSupport {
@@ -51,6 +69,35 @@ let processSupport: UdpFastSupport | undefined;
 export function processUdpFast(): UdpFastSupport {
   processSupport ??= loadUdpFast();
   return processSupport;
+}
+
+/** Numbers per tapped datagram in UdpTap.info: session id, side, offset, length. */
+export const TAP_FIELDS = 4;
+/** A batch's datagrams at most (native/udp_fast.c's BATCH). */
+const TAP_BATCH = 32;
+/** UdpTap.info's side of a datagram from the client; 1 is one to it. */
+export const TAP_FROM_CLIENT = 0;
+
+/** The addon's tapped datagrams: `count` entries of `info` at a time, their bytes in `buffer`. */
+export type UdpTap = { readonly info: Float64Array; readonly buffer: Buffer };
+
+/** Whether sniffed sessions are handed over with the tap: not with KUP_UDP_TAP=off. */
+export function udpTapEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env.KUP_UDP_TAP !== 'off';
+}
+
+const taps = new WeakMap<UdpFastCalls, UdpTap | null>();
+
+/** The addon's tap, set up on first use (once per process); undefined when it cannot be. */
+export function udpTap(calls: UdpFastCalls): UdpTap | undefined {
+  let tap = taps.get(calls);
+  if (tap === undefined) {
+    const info = new Float64Array(TAP_FIELDS * TAP_BATCH);
+    const buffer = calls.setupTap(info);
+    tap = typeof buffer === 'number' ? null : { info, buffer };
+    taps.set(calls, tap);
+  }
+  return tap ?? undefined;
 }
 
 /** What dgram's socket holds of its libuv handle (Node keeps it under a symbol; `_handle` is deprecated). */

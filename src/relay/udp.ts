@@ -28,7 +28,12 @@ import {
   receiveError,
   resumeReads,
   stopReads,
+  TAP_FIELDS,
+  TAP_FROM_CLIENT,
   type UdpFastCalls,
+  type UdpTap,
+  udpTap,
+  udpTapEnabled,
 } from './udp-fast.ts';
 import { type UdpSessionEntry, UdpSessionTable } from './udp-session-table.ts';
 
@@ -70,6 +75,11 @@ export type UdpRelayDeps = {
   onEjection?: EjectionListener;
   /** Relays established sessions natively (udp-fast.ts); default: the process's addon; null: never. */
   udpFast?: UdpFastCalls | null;
+  /**
+   * Sessions whose observer still wants their datagrams are relayed natively too, their datagrams handed
+   * to it through the addon's tap (udp-fast.ts); default: unless KUP_UDP_TAP=off.
+   */
+  udpTap?: boolean;
 };
 
 /** How often a listener may log that it dropped a looping datagram. */
@@ -311,7 +321,7 @@ function onUpstreamMessage(this: SessionSocket, msg: Buffer): void {
   listener.socket.send(msg, session.clientPort, session.replyAddress);
   // After the send, as the TCP relay does: tracing never delays a reply.
   if (session.sniffing) session.sniff(msg, false);
-  if (!session.sniffing && listener.udpFast !== undefined) listener.handOver(session);
+  if (listener.mayHandOver(session)) listener.handOver(session);
 }
 
 function onUpstreamError(this: SessionSocket, err: NodeJS.ErrnoException): void {
@@ -401,6 +411,8 @@ export class UdpListener implements Sweepable {
   readonly ownTraffic: OwnTraffic;
   /** The addon that relays established sessions; undefined when there is none (or it is off). */
   readonly udpFast: UdpFastCalls | undefined;
+  /** The addon's tap: sessions still sniffed are handed over with it; undefined keeps them here. */
+  readonly tap: UdpTap | undefined;
   /** This listener in the addon, once it reads the service socket. */
   #fast: FastHandle | undefined;
   /** When the addon may be asked to read the service socket again after it could not (no descriptor). */
@@ -463,6 +475,8 @@ export class UdpListener implements Sweepable {
     this.onEjection = deps.onEjection;
     this.ownTraffic = deps.ownTraffic ?? new OwnTraffic();
     this.udpFast = deps.udpFast === null ? undefined : (deps.udpFast ?? processUdpFast().calls);
+    this.tap =
+      this.udpFast !== undefined && (deps.udpTap ?? udpTapEnabled()) ? udpTap(this.udpFast) : undefined;
     this.socket = dgram.createSocket({
       type,
       reuseAddr: false,
@@ -508,13 +522,19 @@ export class UdpListener implements Sweepable {
     session.lastActivityMs = now;
     session.send(msg);
     if (session.sniffing) session.sniff(msg, true);
-    if (!session.sniffing && this.udpFast !== undefined) this.handOver(session);
+    if (this.mayHandOver(session)) this.handOver(session);
+  }
+
+  /** The addon may relay the session: its observer wants no more datagrams, or the tap feeds them. */
+  mayHandOver(session: UdpSession): boolean {
+    return this.udpFast !== undefined && (!session.sniffing || this.tap !== undefined);
   }
 
   /**
    * Hands the session to the addon once it is connected, its endpoint has answered (the first reply
-   * reports success to the balancer) and its observer wants no more bytes. From then on the addon reads
-   * the service socket: datagrams of other clients come back through #onMessage.
+   * reports success to the balancer) and its observer wants no more bytes, or, with the tap, still
+   * wants them (#tapped feeds it). From then on the addon reads the service socket: datagrams of other
+   * clients come back through #onMessage.
    */
   handOver(session: UdpSession): void {
     if (session.fast !== undefined || session.queue !== null || session.closed || this.#closed) return;
@@ -541,6 +561,12 @@ export class UdpListener implements Sweepable {
       resumeReads(session.upstream);
       return;
     }
+    // Before the loop polls it: no datagram goes by untapped.
+    if (session.sniffing && calls.tap(fast, true) !== 0) {
+      calls.remove(fast);
+      resumeReads(session.upstream);
+      return;
+    }
     session.fast = fast;
     this.fastSessions ??= new Map();
     this.fastSessions.set(session.id, session);
@@ -556,10 +582,27 @@ export class UdpListener implements Sweepable {
         const session = this.fastSessions?.get(id);
         if (session !== undefined && !session.closed) upstreamFailed(session, receiveError(errno));
       },
+      this.tap === undefined ? undefined : (count) => this.#tapped(count),
     );
     if (typeof fast === 'number') return undefined;
     stopReads(this.socket);
     return fast;
+  }
+
+  /**
+   * A batch of datagrams the addon relayed for tapped sessions (`count` entries of the tap's info), each
+   * fed to its session's observer as #onMessage and onUpstreamMessage feed theirs, after it was sent.
+   * A session the observer is done with (or that ended meanwhile) is fed no more.
+   */
+  #tapped(count: number): void {
+    const { info, buffer } = this.tap!;
+    for (let at = 0; at < count * TAP_FIELDS; at += TAP_FIELDS) {
+      const session = this.fastSessions?.get(info[at]!);
+      if (session === undefined || !session.sniffing) continue;
+      const offset = info[at + 2]!;
+      session.sniff(buffer.subarray(offset, offset + info[at + 3]!), info[at + 1] === TAP_FROM_CLIENT);
+      if (!session.sniffing && session.fast !== undefined) this.udpFast!.tap(session.fast, false);
+    }
   }
 
   #open(address: string, port: number, now: number): UdpSession | undefined {

@@ -25,6 +25,7 @@ import { ConnectionTable } from '../../src/trace/connection-table.ts';
 import type { Http1Info, PostgresInfo, TlsInfo } from '../../src/trace/sniff/types.ts';
 import type { TraceEvent, Tracer, TracerOptions } from '../../src/trace/tracer.ts';
 import { createTracer } from '../../src/trace/tracer.ts';
+import { dnsAnswer, dnsQuery } from '../helpers/dns.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 import { echoServer, identityServer, tcpServer, udpServer, waitFor } from '../helpers/servers.ts';
@@ -111,24 +112,6 @@ async function shopRequests(port: number): Promise<void> {
 async function recentOne(table: ConnectionTable, n = 1): Promise<ConnectionRecord[]> {
   await waitFor(() => table.list().recent.length >= n, 3000, `${n} closed connection(s)`);
   return table.list().recent;
-}
-
-function dnsQuery(id: number, name: string): Buffer {
-  const labels = name.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)]));
-  return Buffer.concat([
-    Buffer.from([id >> 8, id & 0xff, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]),
-    ...labels,
-    Buffer.from([0, 0, 1, 0, 1]),
-  ]);
-}
-
-/** The query turned into a NOERROR answer with one A record. */
-function dnsAnswer(query: Buffer): Buffer {
-  const out = Buffer.concat([query, Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 10, 96, 0, 10])]);
-  out[2] = 0x81;
-  out[3] = 0x80;
-  out.writeUInt16BE(1, 6);
-  return out;
 }
 
 async function closedPort(host: string): Promise<number> {
