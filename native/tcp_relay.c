@@ -68,6 +68,7 @@ typedef struct {
   int side;
   uint32_t mask;  // the epoll events it is watched for now; 0: not in the set
   int shared;     // its descriptor may be open elsewhere too (a dup): taken out of the set before close
+  uint32_t early; // the client's events while the endpoint was dialled (edge-triggered): read at connect
   int eof;        // read to its end of stream
   int rdhup;      // its FIN has arrived (not necessarily read yet)
   int shut;       // our FIN sent to it
@@ -366,6 +367,7 @@ static void on_events(side_t* s, uint32_t ev) {
   if (r->connecting) {
     // The client's events wait for the connect (it is watched edge-triggered meanwhile).
     if (s->side == UPSTREAM && (s->mask & EPOLLOUT)) connect_done(r, ev & EPOLLERR ? -EBADF : 0);
+    else if (s->side == CLIENT) s->early |= ev;
     return;
   }
   ev &= s->mask | EPOLLERR | EPOLLHUP;
@@ -702,6 +704,12 @@ static void connect_done(relay_t* r, int status) {
   update(r);
   if (r->closing) return;  // epoll refused the client (told as the relay's end)
   notify_connect(r, 0);
+  // What the client sent meanwhile (a request, mostly) goes now, not a turn of the loop later; after
+  // JavaScript heard of the connect, which may have set the tap or ended the relay.
+  side_t* client = &r->sides[CLIENT];
+  uint32_t early = client->early;
+  client->early = 0;
+  if (early != 0 && !r->closing) on_events(client, early);
 }
 
 // The attempt failed before its poll: told on the next turn of the loop, as a connect error would be.
