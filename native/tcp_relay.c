@@ -209,15 +209,56 @@ static int pass_fin(relay_t* r, side_t* from) {
   return 0;
 }
 
-// Calls `fn_ref` with argv (argv[0], the owner, is `this`: make_callback wants an object) from a poll or
-// timer callback, in the caller's handle scope: make_callback runs the microtasks and ticks after it, as
-// Node's own callbacks do. A throw is the process's uncaught exception. `returned`, when given: whether
-// it returned true.
+// The calls into JavaScript of one epoll batch share one callback scope, opened at the first of them: the
+// microtasks and ticks run once, when the batch is over, as after one of Node's own callbacks, instead of
+// after each call (make_callback's scope); their values live in the batch's handle scope till then.
+static int g_batching;
+static napi_handle_scope g_batch_handles;
+static napi_callback_scope g_batch_scope;
+static napi_ref g_batch_resource;  // the scope's resource object (async_hooks')
+
+// What a call into JavaScript needs open: in a batch, the batch's scopes (NULL is returned); otherwise a
+// handle scope of the call's own, for js_end.
+static napi_handle_scope js_begin(void) {
+  napi_env env = g_env;
+  napi_handle_scope scope = NULL;
+  if (!g_batching) {
+    napi_open_handle_scope(env, &scope);
+    return scope;
+  }
+  if (g_batch_scope == NULL) {
+    napi_open_handle_scope(env, &g_batch_handles);
+    napi_value resource;
+    napi_get_reference_value(env, g_batch_resource, &resource);
+    napi_open_callback_scope(env, resource, g_async, &g_batch_scope);
+  }
+  return NULL;
+}
+
+static void js_end(napi_handle_scope scope) {
+  if (scope != NULL) napi_close_handle_scope(g_env, scope);
+}
+
+// The batch is over: its microtasks and ticks run now.
+static void batch_end(void) {
+  g_batching = 0;
+  if (g_batch_scope == NULL) return;
+  napi_close_callback_scope(g_env, g_batch_scope);
+  napi_close_handle_scope(g_env, g_batch_handles);
+  g_batch_scope = NULL;
+}
+
+// Calls `fn_ref` with argv (argv[0], the owner, is `this`) between js_begin and js_end: in a batch's
+// callback scope, or with make_callback (a timer's callback), which runs the microtasks and ticks after
+// it, as Node's own callbacks do. A throw is the process's uncaught exception. `returned`, when given:
+// whether it returned true.
 static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* returned) {
   napi_env env = g_env;
   napi_value fn, result;
   napi_get_reference_value(env, fn_ref, &fn);
-  if (napi_make_callback(env, g_async, argv[0], fn, argc, argv, &result) == napi_pending_exception) {
+  napi_status status = g_batching ? napi_call_function(env, argv[0], fn, argc, argv, &result)
+                                  : napi_make_callback(env, g_async, argv[0], fn, argc, argv, &result);
+  if (status == napi_pending_exception) {
     napi_value err;
     napi_get_and_clear_last_exception(env, &err);
     napi_fatal_exception(env, err);
@@ -230,15 +271,14 @@ static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* return
 // ended meanwhile (JavaScript may abort it).
 static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
   napi_env env = g_env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
+  napi_handle_scope scope = js_begin();
   napi_value argv[3];
   napi_get_reference_value(env, r->owner, &argv[0]);
   napi_create_int32(env, from->side, &argv[1]);
   napi_create_int32(env, (int32_t)n, &argv[2]);
   bool more = false;
   call_js(g_on_tap, 3, argv, &more);
-  napi_close_handle_scope(env, scope);
+  js_end(scope);
   if (!more) r->sides[CLIENT].tap = r->sides[UPSTREAM].tap = 0;
   return r->closing ? -1 : 0;
 }
@@ -418,12 +458,14 @@ static void on_epoll(uv_poll_t* handle, int status, int events) {
   if (n <= 0) return;
   g_batch = batch;
   g_batch_n = n;
+  g_batching = 1;
   for (int i = 0; i < n; i++) {
     side_t* s = batch[i].data.ptr;
     if (s != NULL) on_events(s, batch[i].events);
   }
   g_batch = NULL;
   g_batch_n = 0;
+  batch_end();
 }
 
 // The timeout that applies now and its reason; 0 when none.
@@ -524,8 +566,7 @@ static void relay_end(relay_t* r, int notify) {
     return;
   }
   napi_env env = g_env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
+  napi_handle_scope scope = js_begin();
   napi_value argv[4];
   napi_get_reference_value(env, owner, &argv[0]);
   napi_delete_reference(env, owner);
@@ -533,7 +574,7 @@ static void relay_end(relay_t* r, int notify) {
   napi_create_double(env, r->sides[CLIENT].bytesRead, &argv[2]);
   napi_create_double(env, r->sides[CLIENT].bytesWritten, &argv[3]);
   call_js(g_on_end, 4, argv, NULL);
-  napi_close_handle_scope(env, scope);
+  js_end(scope);
 }
 
 static int32_t int_arg(napi_env env, napi_value v) {
@@ -579,9 +620,11 @@ static napi_value Setup(napi_env env, napi_callback_info info) {
   if (g_on_end != NULL) napi_delete_reference(env, g_on_end);
   napi_create_reference(env, argv[0], 1, &g_on_end);
   if (g_async == NULL) {
-    napi_value name;
+    napi_value name, resource;
     napi_create_string_utf8(env, "kup.tcpRelay", NAPI_AUTO_LENGTH, &name);
     napi_async_init(env, NULL, name, &g_async);
+    napi_create_object(env, &resource);
+    napi_create_reference(env, resource, 1, &g_batch_resource);
   }
   g_env = env;
   return int_result(env, 0);
@@ -667,13 +710,12 @@ static napi_value Start(napi_env env, napi_callback_info info) {
 // onConnect(owner, status); the last thing its caller does (JavaScript may redial or abort from it).
 static void notify_connect(relay_t* r, int status) {
   napi_env env = g_env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
+  napi_handle_scope scope = js_begin();
   napi_value argv[2];
   napi_get_reference_value(env, r->owner, &argv[0]);
   napi_create_int32(env, status, &argv[1]);
   call_js(g_on_connect, 2, argv, NULL);
-  napi_close_handle_scope(env, scope);
+  js_end(scope);
 }
 
 // The attempt failed: its socket stays (closed by the next attempt's dup3, or with the relay).
