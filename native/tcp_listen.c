@@ -6,7 +6,8 @@
 // is set on it, so every accepted socket has it from accept4() on (Linux copies it). Each wake accepts up
 // to ACCEPT_BATCH connections with accept4(), which gives the peer's address too (no getpeername), and
 // calls JavaScript once per connection: onAccept(owner, fd, address, port); the descriptor is then
-// JavaScript's. Running out of descriptors (EMFILE, ENFILE) is told once per wake, onError(owner, -errno),
+// JavaScript's. A wake's calls share one callback scope: the microtasks and ticks run once, after the
+// last of them, as after one of Node's own callbacks. Running out of descriptors (EMFILE, ENFILE) is told once per wake, onError(owner, -errno),
 // and what waits in the queue is shed as libuv does (its reserve-descriptor trick: closes a spare, accepts
 // and closes, reopens it), so the socket does not stay readable. close() stops and closes it at once.
 //
@@ -45,22 +46,45 @@ static napi_async_context g_async;
 static uv_loop_t* g_loop;
 static int g_reserve = -1;  // a spare descriptor, given up to shed connections when none is left
 
-static void call(listener_t* l, napi_ref fn_ref, size_t argc, napi_value* argv) {
+// Calls `fn_ref` with argv (argv[0], the owner, is `this`) in the wake's callback scope (wake_begin). A
+// throw is the process's uncaught exception.
+static void call(napi_ref fn_ref, size_t argc, napi_value* argv) {
   napi_env env = g_env;
   napi_value fn, result;
   napi_get_reference_value(env, fn_ref, &fn);
-  if (napi_make_callback(env, g_async, argv[0], fn, argc, argv, &result) == napi_pending_exception) {
+  if (napi_call_function(env, argv[0], fn, argc, argv, &result) == napi_pending_exception) {
     napi_value err;
     napi_get_and_clear_last_exception(env, &err);
     napi_fatal_exception(env, err);
   }
-  (void)l;
 }
 
-static void notify_accept(listener_t* l, int fd, const struct sockaddr_storage* addr) {
+// A wake's scopes, opened at its first call into JavaScript and closed when it is over (wake_end).
+typedef struct {
+  napi_handle_scope handles;
+  napi_callback_scope callback;
+} wake_t;
+
+static void wake_begin(listener_t* l, wake_t* w) {
+  if (w->callback != NULL) return;
+  napi_env env = g_env;
+  napi_open_handle_scope(env, &w->handles);
+  napi_value owner;
+  napi_get_reference_value(env, l->owner, &owner);
+  napi_open_callback_scope(env, owner, g_async, &w->callback);
+}
+
+static void wake_end(wake_t* w) {
+  if (w->callback == NULL) return;
+  napi_close_callback_scope(g_env, w->callback);
+  napi_close_handle_scope(g_env, w->handles);
+}
+
+static void notify_accept(listener_t* l, wake_t* w, int fd, const struct sockaddr_storage* addr) {
   char text[INET6_ADDRSTRLEN];
   int port = sockaddr_text(addr, text);
   napi_env env = g_env;
+  wake_begin(l, w);
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
   napi_value argv[4];
@@ -68,18 +92,19 @@ static void notify_accept(listener_t* l, int fd, const struct sockaddr_storage* 
   napi_create_int32(env, fd, &argv[1]);
   napi_create_string_latin1(env, text, NAPI_AUTO_LENGTH, &argv[2]);
   napi_create_int32(env, port, &argv[3]);
-  call(l, g_on_accept, 4, argv);
+  call(g_on_accept, 4, argv);
   napi_close_handle_scope(env, scope);
 }
 
-static void notify_error(listener_t* l, int err) {
+static void notify_error(listener_t* l, wake_t* w, int err) {
   napi_env env = g_env;
+  wake_begin(l, w);
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
   napi_value argv[2];
   napi_get_reference_value(env, l->owner, &argv[0]);
   napi_create_int32(env, -err, &argv[1]);
-  call(l, g_on_error, 2, argv);
+  call(g_on_error, 2, argv);
   napi_close_handle_scope(env, scope);
 }
 
@@ -100,6 +125,7 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
   listener_t* l = (listener_t*)handle;
   (void)events;
   if (status < 0) return;
+  wake_t wake = {NULL, NULL};
   for (int i = 0; i < ACCEPT_BATCH && !l->closed; i++) {
     struct sockaddr_storage addr;
     socklen_t len = sizeof addr;
@@ -107,13 +133,14 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
     if (fd < 0) {
       int err = errno;
       if (err == EINTR || err == ECONNABORTED) continue;
-      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EAGAIN || err == EWOULDBLOCK) break;
       if (err == EMFILE || err == ENFILE) shed(l);
-      notify_error(l, err);
-      return;
+      notify_error(l, &wake, err);
+      break;
     }
-    notify_accept(l, fd, &addr);
+    notify_accept(l, &wake, fd, &addr);
   }
+  wake_end(&wake);
 }
 
 // Freed once both its poll is closed and its external is gone.

@@ -2,8 +2,11 @@
 // has nothing more to do with its bytes (src/relay/tcp-offload.ts says when and why).
 //
 // start() dup()s both descriptors (Node then closes its sockets: a close() of one of two descriptors
-// sends nothing) and watches the dups with uv_poll. Each readable side is read into one buffer shared by
-// every relay (the loop is single-threaded) and written on at once; what the other side's kernel does not
+// sends nothing) and watches the dups in an epoll set of the addon's own, which Node's loop watches as
+// one descriptor (one uv_poll for every relay): a descriptor is added once, its events changed with one
+// EPOLL_CTL_MOD, and closing it takes it out, where a uv_poll per side cost ~10 epoll_ctl a connection
+// (uv_poll_init_socket's ADD and DEL to check it, and a DEL and an ADD for each change of events).
+// Each readable side is read into one buffer shared by every relay (the loop is single-threaded) and written on at once; what the other side's kernel does not
 // take waits in a buffer of the connection's own, and the side that sent it is not read until it is out
 // (backpressure). An end of stream is passed on with shutdown(SHUT_WR) once the bytes before it are out,
 // in the same segment as the last of them (TCP_CORK) when they leave together; a reset or an error
@@ -30,6 +33,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
@@ -59,11 +63,12 @@ enum {
 typedef struct relay relay_t;
 
 typedef struct {
-  uv_poll_t poll;
   relay_t* relay;
   int fd;
   int side;
-  int mask;       // the events the poll watches now
+  uint32_t mask;  // the epoll events it is watched for now; 0: not in the set
+  int shared;     // its descriptor may be open elsewhere too (a dup): taken out of the set before close
+  uint32_t early; // the client's events while the endpoint was dialled (edge-triggered): read at connect
   int eof;        // read to its end of stream
   int rdhup;      // its FIN has arrived (not necessarily read yet)
   int shut;       // our FIN sent to it
@@ -80,7 +85,7 @@ struct relay {
   uv_timer_t timer;
   napi_ref owner;
   int32_t slot;
-  int closing;  // handles being closed: 3 (two polls, the timer) callbacks to come
+  int closing;  // its timer is being closed: freed in its close callback
   int reason;   // the first abort's
   int finBy;    // the first FIN's
   uint64_t lastActivity;  // loop time of the last byte read or taken by a kernel
@@ -107,6 +112,12 @@ static int32_t g_slot_count;
 static int32_t g_free_head = -1;  // free slots are chained through g_next_free
 static int32_t* g_next_free;
 static int32_t g_active;
+static int g_epfd = -1;   // the relays' epoll set
+static uv_poll_t g_epoll; // Node's loop watching it; holds the loop while relays run, as their sockets did
+// The events being dispatched: a side taken out of the set meanwhile has its later ones dropped (its
+// descriptor number may already be another socket's), as libuv's uv__platform_invalidate_fd does.
+static struct epoll_event* g_batch;
+static int g_batch_n;
 
 static void relay_end(relay_t* r, int notify);
 static void update(relay_t* r);
@@ -131,7 +142,7 @@ static int32_t slot_take(relay_t* r) {
   int32_t s = g_free_head;
   g_free_head = g_next_free[s];
   g_slots[s] = r;
-  g_active++;
+  if (g_active++ == 0) uv_ref((uv_handle_t*)&g_epoll);
   return s;
 }
 
@@ -139,7 +150,7 @@ static void slot_free(int32_t s) {
   g_slots[s] = NULL;
   g_next_free[s] = g_free_head;
   g_free_head = s;
-  g_active--;
+  if (--g_active == 0) uv_unref((uv_handle_t*)&g_epoll);
 }
 
 static relay_t* slot_get(int32_t s) {
@@ -198,15 +209,56 @@ static int pass_fin(relay_t* r, side_t* from) {
   return 0;
 }
 
-// Calls `fn_ref` with argv (argv[0], the owner, is `this`: make_callback wants an object) from a poll or
-// timer callback, in the caller's handle scope: make_callback runs the microtasks and ticks after it, as
-// Node's own callbacks do. A throw is the process's uncaught exception. `returned`, when given: whether
-// it returned true.
+// The calls into JavaScript of one epoll batch share one callback scope, opened at the first of them: the
+// microtasks and ticks run once, when the batch is over, as after one of Node's own callbacks, instead of
+// after each call (make_callback's scope); their values live in the batch's handle scope till then.
+static int g_batching;
+static napi_handle_scope g_batch_handles;
+static napi_callback_scope g_batch_scope;
+static napi_ref g_batch_resource;  // the scope's resource object (async_hooks')
+
+// What a call into JavaScript needs open: in a batch, the batch's scopes (NULL is returned); otherwise a
+// handle scope of the call's own, for js_end.
+static napi_handle_scope js_begin(void) {
+  napi_env env = g_env;
+  napi_handle_scope scope = NULL;
+  if (!g_batching) {
+    napi_open_handle_scope(env, &scope);
+    return scope;
+  }
+  if (g_batch_scope == NULL) {
+    napi_open_handle_scope(env, &g_batch_handles);
+    napi_value resource;
+    napi_get_reference_value(env, g_batch_resource, &resource);
+    napi_open_callback_scope(env, resource, g_async, &g_batch_scope);
+  }
+  return NULL;
+}
+
+static void js_end(napi_handle_scope scope) {
+  if (scope != NULL) napi_close_handle_scope(g_env, scope);
+}
+
+// The batch is over: its microtasks and ticks run now.
+static void batch_end(void) {
+  g_batching = 0;
+  if (g_batch_scope == NULL) return;
+  napi_close_callback_scope(g_env, g_batch_scope);
+  napi_close_handle_scope(g_env, g_batch_handles);
+  g_batch_scope = NULL;
+}
+
+// Calls `fn_ref` with argv (argv[0], the owner, is `this`) between js_begin and js_end: in a batch's
+// callback scope, or with make_callback (a timer's callback), which runs the microtasks and ticks after
+// it, as Node's own callbacks do. A throw is the process's uncaught exception. `returned`, when given:
+// whether it returned true.
 static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* returned) {
   napi_env env = g_env;
   napi_value fn, result;
   napi_get_reference_value(env, fn_ref, &fn);
-  if (napi_make_callback(env, g_async, argv[0], fn, argc, argv, &result) == napi_pending_exception) {
+  napi_status status = g_batching ? napi_call_function(env, argv[0], fn, argc, argv, &result)
+                                  : napi_make_callback(env, g_async, argv[0], fn, argc, argv, &result);
+  if (status == napi_pending_exception) {
     napi_value err;
     napi_get_and_clear_last_exception(env, &err);
     napi_fatal_exception(env, err);
@@ -219,15 +271,14 @@ static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* return
 // ended meanwhile (JavaScript may abort it).
 static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
   napi_env env = g_env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
+  napi_handle_scope scope = js_begin();
   napi_value argv[3];
   napi_get_reference_value(env, r->owner, &argv[0]);
   napi_create_int32(env, from->side, &argv[1]);
   napi_create_int32(env, (int32_t)n, &argv[2]);
   bool more = false;
   call_js(g_on_tap, 3, argv, &more);
-  napi_close_handle_scope(env, scope);
+  js_end(scope);
   if (!more) r->sides[CLIENT].tap = r->sides[UPSTREAM].tap = 0;
   return r->closing ? -1 : 0;
 }
@@ -307,49 +358,68 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
 static void arm_timer(relay_t* r);
 
 // A side's events: readable while its peer can take more, writable while bytes wait for it.
-static int wanted(relay_t* r, side_t* s) {
+static uint32_t wanted(relay_t* r, side_t* s) {
   side_t* other = &r->sides[1 - s->side];
-  int m = 0;
-  if (!s->eof && other->pending == NULL) m |= UV_READABLE | UV_DISCONNECT;
+  uint32_t m = 0;
+  if (!s->eof && other->pending == NULL) m |= EPOLLIN | EPOLLRDHUP;
   // Paused: still told of a reset (an error is always reported), and of the FIN once.
-  else if (!s->eof && !s->rdhup) m |= UV_DISCONNECT;
-  if (s->pending != NULL) m |= UV_WRITABLE;
+  else if (!s->eof && !s->rdhup) m |= EPOLLRDHUP;
+  if (s->pending != NULL) m |= EPOLLOUT;
   return m;
 }
 
-static void on_poll(uv_poll_t* handle, int status, int events);
+// Drops the events still to dispatch for `s` (taken out of the set, or its descriptor replaced).
+static void invalidate(side_t* s) {
+  for (int i = 0; i < g_batch_n; i++)
+    if (g_batch[i].data.ptr == s) g_batch[i].data.ptr = NULL;
+}
+
+// Watches `s` for `m` from now on (0: not at all); 0, or -errno when epoll refuses it (a descriptor of no
+// socket, the per-user watch limit).
+static int watch(side_t* s, uint32_t m) {
+  if (m == s->mask) return 0;
+  int op = m == 0 ? EPOLL_CTL_DEL : s->mask == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+  struct epoll_event ev = {.events = m, .data.ptr = s};
+  if (epoll_ctl(g_epfd, op, s->fd, &ev) != 0 && op != EPOLL_CTL_DEL) return -errno;
+  if (m == 0) invalidate(s);
+  s->mask = m;
+  return 0;
+}
 
 static void update(relay_t* r) {
   for (int i = 0; i < 2; i++) {
     side_t* s = &r->sides[i];
-    int m = wanted(r, s);
-    if (m == s->mask) continue;
-    s->mask = m;
-    if (m == 0) uv_poll_stop(&s->poll);
-    else uv_poll_start(&s->poll, m, on_poll);
+    if (watch(s, wanted(r, s)) != 0) {
+      abort_with(r, R_ERROR);
+      return;
+    }
   }
   arm_timer(r);
 }
 
 static void connect_done(relay_t* r, int status);
 
-static void on_poll(uv_poll_t* handle, int status, int events) {
-  side_t* s = (side_t*)handle;
+// One side's events, as a uv_poll callback would have them: an error first (status < 0); a hang-up
+// alone reads as the events it is watched for (the read finds the end or the error).
+static void on_events(side_t* s, uint32_t ev) {
   relay_t* r = s->relay;
   if (r->closing) return;
   if (r->connecting) {
-    connect_done(r, status);
+    // The client's events wait for the connect (it is watched edge-triggered meanwhile).
+    if (s->side == UPSTREAM && (s->mask & EPOLLOUT)) connect_done(r, ev & EPOLLERR ? -EBADF : 0);
+    else if (s->side == CLIENT) s->early |= ev;
     return;
   }
-  if (status < 0) {
-    // EPOLLERR (a reset, mostly), and libuv stopped the poll. What the side sent before it is still to
-    // read and pass on, as the JavaScript relay's reads come before its error: while it is read, one
-    // read a wake-up (the error stays pending, level-triggered) until the read that finds the error.
-    if (s->mask & UV_READABLE) {
+  ev &= s->mask | EPOLLERR | EPOLLHUP;
+  if (ev == EPOLLERR || ev == EPOLLHUP) ev |= s->mask & (EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+  if (ev & EPOLLERR) {
+    // A reset, mostly. What the side sent before it is still to read and pass on, as the JavaScript
+    // relay's reads come before its error: one read a wake-up (the error stays pending,
+    // level-triggered) until the read that finds the error.
+    if (s->mask & EPOLLIN) {
       double before = s->bytesRead;
       if (pump(r, s, 1) < 0) return;
       if (s->bytesRead != before || s->eof) {
-        s->mask = 0;
         update(r);
         return;
       }
@@ -361,18 +431,41 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
     return;
   }
   side_t* other = &r->sides[1 - s->side];
-  if (events & UV_WRITABLE && s->pending != NULL) {
+  if (ev & EPOLLOUT && s->pending != NULL) {
     int done = flush(r, s);
     if (done < 0) return;
     if (done && other->eof && pass_fin(r, other) < 0) return;
   }
-  if (events & UV_READABLE && (s->mask & UV_READABLE)) {
-    if (pump(r, s, (events & UV_DISCONNECT) != 0) < 0) return;
-  } else if (events & UV_DISCONNECT) {
+  if (ev & EPOLLIN && (s->mask & EPOLLIN)) {
+    if (pump(r, s, (ev & EPOLLRDHUP) != 0) < 0) return;
+  } else if (ev & EPOLLRDHUP) {
     // Paused, and its FIN came (or a hang-up, reported until something is read): not polled for it again.
     s->rdhup = 1;
   }
   update(r);
+}
+
+// The epoll set is readable: the events of every relay that has some, at most 128 a wake (libuv comes
+// back while it stays readable).
+static void on_epoll(uv_poll_t* handle, int status, int events) {
+  (void)handle;
+  (void)status;
+  (void)events;
+  struct epoll_event batch[128];
+  int n;
+  do n = epoll_wait(g_epfd, batch, 128, 0);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return;
+  g_batch = batch;
+  g_batch_n = n;
+  g_batching = 1;
+  for (int i = 0; i < n; i++) {
+    side_t* s = batch[i].data.ptr;
+    if (s != NULL) on_events(s, batch[i].events);
+  }
+  g_batch = NULL;
+  g_batch_n = 0;
+  batch_end();
 }
 
 // The timeout that applies now and its reason; 0 when none.
@@ -422,8 +515,7 @@ static void on_timer(uv_timer_t* timer) {
   r->timerDue = 0;
   if (r->connecting) {
     // An attempt that failed at once (connectErr), or the attempt's timeout.
-    uv_poll_stop(&r->sides[UPSTREAM].poll);
-    r->sides[UPSTREAM].mask = 0;
+    watch(&r->sides[UPSTREAM], 0);
     connect_failed(r, r->connectErr != 0 ? -r->connectErr : CONNECT_TIMEOUT);
     return;
   }
@@ -442,8 +534,7 @@ static void on_timer(uv_timer_t* timer) {
 }
 
 static void on_closed(uv_handle_t* handle) {
-  relay_t* r = (relay_t*)handle->data;
-  if (--r->closing == 0) free(r);
+  free(handle->data);
 }
 
 static void set_linger0(int fd) {
@@ -455,12 +546,13 @@ static void set_linger0(int fd) {
 // JavaScript when `notify`.
 static void relay_end(relay_t* r, int notify) {
   if (r->closing) return;
-  r->closing = 3;
+  r->closing = 1;
   int reason = r->reason != R_NONE ? r->reason : r->finBy != R_NONE ? r->finBy : R_CLIENT_FIN;
   for (int i = 0; i < 2; i++) {
     side_t* s = &r->sides[i];
     if (reason == R_STALLED) set_linger0(s->fd);
-    uv_close((uv_handle_t*)&s->poll, on_closed);
+    // close() takes a descriptor out of the set only with the last one open on its socket.
+    if (s->shared) watch(s, 0);
     close(s->fd);
     free(s->pending);
     s->pending = NULL;
@@ -474,8 +566,7 @@ static void relay_end(relay_t* r, int notify) {
     return;
   }
   napi_env env = g_env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
+  napi_handle_scope scope = js_begin();
   napi_value argv[4];
   napi_get_reference_value(env, owner, &argv[0]);
   napi_delete_reference(env, owner);
@@ -483,7 +574,7 @@ static void relay_end(relay_t* r, int notify) {
   napi_create_double(env, r->sides[CLIENT].bytesRead, &argv[2]);
   napi_create_double(env, r->sides[CLIENT].bytesWritten, &argv[3]);
   call_js(g_on_end, 4, argv, NULL);
-  napi_close_handle_scope(env, scope);
+  js_end(scope);
 }
 
 static int32_t int_arg(napi_env env, napi_value v) {
@@ -513,48 +604,51 @@ static napi_value Setup(napi_env env, napi_callback_info info) {
   napi_value argv[1];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 1) return int_result(env, -EINVAL);
+  napi_get_uv_event_loop(env, &g_loop);
+  if (g_epfd < 0) {
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    if (fd < 0) return int_result(env, -errno);
+    int err = uv_poll_init(g_loop, &g_epoll, fd);
+    if (err != 0) {
+      close(fd);
+      return int_result(env, err);
+    }
+    g_epfd = fd;
+    uv_poll_start(&g_epoll, UV_READABLE, on_epoll);
+    uv_unref((uv_handle_t*)&g_epoll);
+  }
   if (g_on_end != NULL) napi_delete_reference(env, g_on_end);
   napi_create_reference(env, argv[0], 1, &g_on_end);
   if (g_async == NULL) {
-    napi_value name;
+    napi_value name, resource;
     napi_create_string_utf8(env, "kup.tcpRelay", NAPI_AUTO_LENGTH, &name);
     napi_async_init(env, NULL, name, &g_async);
+    napi_create_object(env, &resource);
+    napi_create_reference(env, resource, 1, &g_batch_resource);
   }
   g_env = env;
-  napi_get_uv_event_loop(env, &g_loop);
   return int_result(env, 0);
 }
 
-// start(clientFd, upstreamFd, owner, idleMs, halfCloseMs, stallMs, stallCheckMs): the relay's slot
-// (>= 0), or -errno. The caller's descriptors are left to it (it closes them).
-// A relay whose second poll could not be made: freed once its first one is closed.
-static void free_relay(uv_handle_t* handle) {
-  free(handle->data);
-}
-
-// Both sides' polls, once their descriptors are set; 0, or -errno when epoll cannot watch one (a
-// descriptor of no socket, the per-user watch limit, one libuv watches already). Then nothing of the
-// relay is left (it is freed, at once or once its first poll is closed) but its descriptors, which the
-// caller closes (or keeps).
-static int init_polls(relay_t* r) {
+// Both sides into the epoll set, for `client`'s and `upstream`'s events; 0, or -errno when epoll cannot
+// watch one (a descriptor of no socket, the per-user watch limit): then neither is in it.
+static int watch_sides(relay_t* r, uint32_t client, uint32_t upstream) {
+  uint32_t m[2] = {client, upstream};
   for (int i = 0; i < 2; i++) {
     side_t* s = &r->sides[i];
     s->relay = r;
     s->side = i;
-    int err = uv_poll_init_socket(g_loop, &s->poll, s->fd);
+    int err = watch(s, m[i]);
     if (err != 0) {
-      if (i == 0) free(r);
-      else {
-        r->sides[0].poll.data = r;
-        uv_close((uv_handle_t*)&r->sides[0].poll, free_relay);
-      }
+      if (i == 1) watch(&r->sides[0], 0);
       return err;
     }
-    s->poll.data = r;
   }
   return 0;
 }
 
+// start(clientFd, upstreamFd, owner, idleMs, halfCloseMs, stallMs, stallCheckMs): the relay's slot
+// (>= 0), or -errno. The caller's descriptors are left to it (it closes them).
 static napi_value Start(napi_env env, napi_callback_info info) {
   size_t argc = 7;
   napi_value argv[7];
@@ -583,13 +677,13 @@ static napi_value Start(napi_env env, napi_callback_info info) {
     free(r);
     return int_result(env, -ENOMEM);
   }
-  int32_t slot = r->slot;
-  int dups[2] = {r->sides[0].fd, r->sides[1].fd};
-  int err = init_polls(r);
+  r->sides[CLIENT].shared = r->sides[UPSTREAM].shared = 1;
+  int err = watch_sides(r, EPOLLIN | EPOLLRDHUP, EPOLLIN | EPOLLRDHUP);
   if (err != 0) {
-    slot_free(slot);
-    close(dups[0]);
-    close(dups[1]);
+    slot_free(r->slot);
+    close(r->sides[0].fd);
+    close(r->sides[1].fd);
+    free(r);
     return int_result(env, err);
   }
   napi_create_reference(env, argv[2], 1, &r->owner);
@@ -599,7 +693,7 @@ static napi_value Start(napi_env env, napi_callback_info info) {
   r->stallCheckMs = ms_arg(env, argv[6]);
   r->lastActivity = uv_now(g_loop);
   uv_timer_init(g_loop, &r->timer);
-  // Never holds the process by itself (the polls do, as the sockets did).
+  // Never holds the process by itself (the epoll set does while relays run, as the sockets did).
   uv_unref((uv_handle_t*)&r->timer);
   r->timer.data = r;
   update(r);
@@ -607,22 +701,21 @@ static napi_value Start(napi_env env, napi_callback_info info) {
 }
 
 // Dialling. dial() takes the client's descriptor (a dup, as start()) and connects to the endpoint itself
-// (socket, TCP_NODELAY, a non-blocking connect, the poll for writable, SO_ERROR), instead of Node's
+// (socket, TCP_NODELAY, a non-blocking connect, watched for writable, SO_ERROR), instead of Node's
 // net.connect: no net.Socket and libuv handle built only to be handed over. JavaScript still picks every
 // endpoint: it hears of each attempt's end once, onConnect(owner, status) (0: connected, the relay runs
 // from there on; -errno; CONNECT_TIMEOUT), and dials the next endpoint on the same slot (redial) or
-// aborts. A retry's socket takes the failed one's descriptor number (dup3), which the side's poll watches.
+// aborts. A retry's socket takes the failed one's descriptor number (dup3).
 
 // onConnect(owner, status); the last thing its caller does (JavaScript may redial or abort from it).
 static void notify_connect(relay_t* r, int status) {
   napi_env env = g_env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
+  napi_handle_scope scope = js_begin();
   napi_value argv[2];
   napi_get_reference_value(env, r->owner, &argv[0]);
   napi_create_int32(env, status, &argv[1]);
   call_js(g_on_connect, 2, argv, NULL);
-  napi_close_handle_scope(env, scope);
+  js_end(scope);
 }
 
 // The attempt failed: its socket stays (closed by the next attempt's dup3, or with the relay).
@@ -641,8 +734,7 @@ static void connect_done(relay_t* r, int status) {
   if (getsockopt(up->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
   if (err == 0 && status < 0) err = -status;
   if (err != 0) {
-    uv_poll_stop(&up->poll);
-    up->mask = 0;
+    watch(up, 0);
     connect_failed(r, -err);
     return;
   }
@@ -652,7 +744,14 @@ static void connect_done(relay_t* r, int status) {
   r->connecting = 0;
   r->lastActivity = uv_now(g_loop);
   update(r);
+  if (r->closing) return;  // epoll refused the client (told as the relay's end)
   notify_connect(r, 0);
+  // What the client sent meanwhile (a request, mostly) goes now, not a turn of the loop later; after
+  // JavaScript heard of the connect, which may have set the tap or ended the relay.
+  side_t* client = &r->sides[CLIENT];
+  uint32_t early = client->early;
+  client->early = 0;
+  if (early != 0 && !r->closing) on_events(client, early);
 }
 
 // The attempt failed before its poll: told on the next turn of the loop, as a connect error would be.
@@ -672,8 +771,11 @@ static void start_connect(relay_t* r, const struct sockaddr_storage* addr, sockl
     fail_next_turn(r, errno);
     return;
   }
-  up->mask = UV_WRITABLE;
-  uv_poll_start(&up->poll, UV_WRITABLE, on_poll);
+  int err = watch(up, EPOLLOUT);
+  if (err != 0) {
+    fail_next_turn(r, -err);
+    return;
+  }
   if (timeoutMs > 0) {
     uv_ref((uv_handle_t*)&r->timer);
     uv_timer_start(&r->timer, on_timer, timeoutMs, 0);
@@ -760,12 +862,16 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
   int32_t slot = r->slot;
   r->sides[CLIENT].fd = fd;
   r->sides[UPSTREAM].fd = upstreamFd;
-  err = init_polls(r);
+  r->sides[CLIENT].shared = !take;
+  // The client is watched from now on, so that epoll's refusal is dial()'s error; edge-triggered, as
+  // its events wait for the connect (connect_done's update() makes it level-triggered).
+  err = watch_sides(r, EPOLLIN | EPOLLRDHUP | EPOLLET, 0);
   if (err != 0) {
     // The client's descriptor stays the caller's (it relays it in JavaScript), the listener's too.
     slot_free(slot);
     if (!take) close(fd);
     close(upstreamFd);
+    free(r);
     return int_result(env, err);
   }
   napi_create_reference(env, argv[3], 1, &r->owner);
@@ -797,7 +903,7 @@ static napi_value Redial(napi_env env, napi_callback_info info) {
     fail_next_turn(r, -fd);
     return int_result(env, 0);
   }
-  // The new socket under the old one's number: the side's poll (stopped) watches it from now on.
+  // The new socket under the old one's number (the old one, out of the set, is closed by it).
   int rc = dup3(fd, r->sides[UPSTREAM].fd, O_CLOEXEC);
   err = errno;
   close(fd);
