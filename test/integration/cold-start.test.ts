@@ -132,7 +132,19 @@ test('many new service ports: rules restored while listeners bind, then a delta 
   for (const s of status) assert.equal(rules.get(s.servicePort.name), s.proxyPort, s.servicePort.name);
   assert.equal(rules.size, SERVICES);
   assert.ok(![...rules.values()].includes(held), 'no rule points at the port someone else holds');
-  if (restores.length > 1) assert.doesNotMatch(restores.at(-1)!, /^:KUBE-/m, 'the correction is a delta');
+  // One full restore, in parts (the container side first, then the host side and the NodePorts), then
+  // only deltas (no chain declared): the correction, when the held port was planned for a service port
+  // (~96 % of runs; the others plan it among the spare ports).
+  const parts = restores.findIndex((text, i) => i > 0 && !/^:KUBE-/m.test(text));
+  const full = parts === -1 ? restores.length : parts;
+  assert.equal(
+    restores.filter((text) => /^:KUBE-PORTALS-CONTAINER /m.test(text)).length,
+    1,
+    'one full restore',
+  );
+  for (const text of restores.slice(full)) assert.doesNotMatch(text, /^:KUBE-/m, 'the correction is a delta');
+  if (new RegExp(`--to-ports ${held}$`, 'm').test(restores[0]!))
+    assert.ok(restores.length > full, `the rule planned at the held port ${held} is corrected by a delta`);
   // And the listeners serve.
   assert.equal(await request(status[0]!.proxyPort), 'pod');
 });

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
+import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type TestContext, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -152,11 +152,26 @@ async function workerPids(pid: number, count: number): Promise<number[]> {
   }
 }
 
+/** Resolves once `pid` has a handler for SIGUSR1 (its SigCgt mask in /proc); fails after 10 s. */
+async function catchesSigusr1(pid: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    const caught = /^SigCgt:\s*([0-9a-f]+)$/m.exec(status)?.[1];
+    if (caught !== undefined && (BigInt(`0x${caught}`) >> BigInt(constants.signals.SIGUSR1 - 1)) & 1n) return;
+    assert.ok(Date.now() < deadline, `worker ${pid} catches SIGUSR1 within 10 s`);
+    await sleep(20);
+  }
+}
+
 test('SIGUSR1 to a worker process neither opens the inspector nor kills it; every process keeps serving', async (t) => {
   const backend = await slowBackend(t, 0);
   const proxy = await startProxy(t, backend, {}, ['--workers=3']);
   const workers = await workerPids(proxy.child.pid!, 2);
   assert.equal(workers.length, 2, `two workers besides the main process: ${workers.join(' ')}`);
+  // Once each runs: between its fork and its first import no process can catch anything (libuv resets
+  // every signal to its default in the child, and SIGUSR1's default is to end it).
+  for (const pid of workers) await catchesSigusr1(pid);
   for (const pid of workers) process.kill(pid, 'SIGUSR1');
   await sleep(500);
   assert.doesNotMatch(proxy.stderr(), INSPECTOR);
