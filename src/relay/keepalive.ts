@@ -3,6 +3,7 @@
 // within seconds never sends a probe. So a sweep of the process's sweeper turns it on, on both sockets,
 // for every connection that has been open for a sweep interval; the probes then start after the usual
 // idle delay.
+import type { ReadonlyActiveList } from './active-list.ts';
 import type { Sweepable } from './sweeper.ts';
 import { processSweeper, type Sweeper } from './sweeper.ts';
 
@@ -19,7 +20,7 @@ export interface KeepAliveCandidate {
 
 /** A set of connections (a listener's), and the idle delay before the first probe. */
 export interface KeepAliveSource {
-  readonly connections: ReadonlySet<KeepAliveCandidate>;
+  readonly connections: ReadonlyActiveList<KeepAliveCandidate>;
   readonly keepAliveDelayMs: number;
   /** True once the listener is closed: dropped from the sweep when it has no connection left. */
   readonly closed: boolean;

@@ -26,6 +26,22 @@ export interface PassOwner {
 /** An upstream socket: whose it is, and the address and port it was sent to. */
 type Entry = { owner: PassOwner; toAddress: string; toPort: number };
 
+/** The owner of an entry that was removed (see release). */
+const RELEASED: PassOwner = Object.freeze({ passes: 0 });
+
+/**
+ * Removes `key`'s entry if `owner` still has it, and first lets go of the owner: V8 replaces a Map's table
+ * as entries come and go, and a replaced table keeps its entries (and a link to its successor) until the
+ * next full GC, so under churn an entry's owner (a connection and all it holds) would be copied at every
+ * scavenge (active-list.ts says more).
+ */
+function release(map: Map<string, Entry>, owner: PassOwner, key: string): void {
+  const e = map.get(key);
+  if (e === undefined || e.owner !== owner) return;
+  e.owner = RELEASED;
+  map.delete(key);
+}
+
 /** An upstream socket's local address and port: the client address it has when it comes back to us. */
 function keyOf(address: string, port: number): string {
   return `${address}|${port}`;
@@ -80,7 +96,7 @@ export class OwnTraffic {
 
   tcpClosed(owner: PassOwner, key: string): void {
     // Linux reuses a local address and port towards another destination: the later socket wins.
-    if (this.#tcp.get(key)?.owner === owner) this.#tcp.delete(key);
+    release(this.#tcp, owner, key);
   }
 
   /**
@@ -102,7 +118,7 @@ export class OwnTraffic {
   }
 
   udpClosed(owner: PassOwner, key: string): void {
-    if (this.#udp.get(key)?.owner === owner) this.#udp.delete(key);
+    release(this.#udp, owner, key);
   }
 
   /**

@@ -1,10 +1,11 @@
 // What lives on the heap, for tests that prove something is not kept or not allocated: a full garbage
 // collection, and how many objects of a class are alive (v8.queryObjects, after its own full GC).
-import { queryObjects, setFlagsFromString } from 'node:v8';
+import { getHeapSpaceStatistics, queryObjects, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
 setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
+const gc = runInNewContext('gc') as (options?: { type: 'minor' | 'major' }) => void;
+const minorGc = () => gc({ type: 'minor' });
 
 /**
  * A full garbage collection, run from a later macrotask: a WeakRef created or dereferenced in the
@@ -19,4 +20,38 @@ export async function collectGarbage(): Promise<void> {
 /** How many objects whose prototype chain holds `ctor.prototype` are alive (after a full GC). */
 export function liveObjects(ctor: abstract new (...args: never[]) => unknown): number {
   return queryObjects(ctor as unknown as (...args: unknown[]) => unknown, { format: 'count' }) as number;
+}
+
+/**
+ * Bytes moved to the old generation per item, over `count` items each made, added and then removed while
+ * 32 are in at a time, after the container and its first items were made old (as a long-lived container
+ * under churn is): what `remove` leaves reachable through a scavenge. Minor GCs only, so that what a full
+ * GC would free (a dead old object's references) still counts.
+ */
+export function promotedPerItem<T>(
+  make: (n: number) => T,
+  add: (item: T) => void,
+  remove: (item: T) => void,
+  count = 20_000,
+): number {
+  const oldUsed = () =>
+    getHeapSpaceStatistics()
+      .filter((s) => s.space_name !== 'new_space')
+      .reduce((sum, s) => sum + s.space_used_size, 0);
+  const live: T[] = [];
+  for (let i = 0; i < 32; i++) {
+    live.push(make(i));
+    add(live.at(-1)!);
+  }
+  gc();
+  gc();
+  const before = oldUsed();
+  for (let n = 0; n < count; n++) {
+    live.push(make(n));
+    add(live.at(-1)!);
+    remove(live.shift()!);
+  }
+  minorGc();
+  minorGc();
+  return (oldUsed() - before) / count;
 }

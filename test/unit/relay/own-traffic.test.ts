@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { test } from 'node:test';
 import { OwnTraffic } from '../../../src/relay/own-traffic.ts';
+import { promotedPerItem } from '../../helpers/heap.ts';
 
 test('isLocal: loopback always, the host addresses once told', () => {
   const own = new OwnTraffic();
@@ -70,4 +71,30 @@ test('TCP: an upstream socket is registered by its local address and port once c
   assert.equal(own.tcpPasses('127.0.0.1', port, '127.0.0.1', serverPort), 3, 'only its owner removes it');
   own.tcpClosed(owner, key);
   assert.equal(own.tcpSize, 0);
+});
+
+test('a closed upstream socket lets go of its owner: a connection that ended is not kept alive through a scavenge', (t) => {
+  const own = new OwnTraffic();
+  // An owner as heavy as a connection with what it holds.
+  const make = (n: number) => ({ passes: 0, n, held: `${n}`.padEnd(2000, '.'), key: '' });
+  const tcp = promotedPerItem(
+    make,
+    (o) => {
+      o.key = own.tcpOpenedAt(o, '127.0.0.1', 10_000 + (o.n % 50_000), '127.0.0.1', 80);
+    },
+    (o) => own.tcpClosed(o, o.key),
+  );
+  const udp = promotedPerItem(
+    make,
+    (o) => {
+      o.key = own.udpOpened(o, '127.0.0.1', 10_000 + (o.n % 50_000), '127.0.0.1', 53);
+    },
+    (o) => own.udpClosed(o, o.key),
+  );
+  t.diagnostic(
+    `promoted per closed socket (owners of ~2 KB): TCP ${tcp.toFixed(0)} B, UDP ${udp.toFixed(0)} B`,
+  );
+  assert.ok(tcp < 500, `TCP: ${tcp.toFixed(0)} bytes promoted per closed socket`);
+  assert.ok(udp < 500, `UDP: ${udp.toFixed(0)} bytes promoted per closed socket`);
+  assert.equal(own.tcpSize + own.udpSize, 64, 'the 32 still open of each');
 });
