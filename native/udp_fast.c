@@ -209,6 +209,7 @@ static void tap_flush(listener_t* l) {
 
 static void hand_over(listener_t* l, const char* data, size_t len, const struct sockaddr_storage* sa) {
   tap_flush(l);
+  if (l->closing) return;  // JavaScript closed the listener from the tap: its callbacks are gone
   napi_handle_scope scope;
   napi_open_handle_scope(l->env, &scope);
   char text[INET6_ADDRSTRLEN + IF_NAMESIZE + 1];
@@ -239,6 +240,7 @@ static void fail_session(session_t* s, int err) {
   s->failed = 1;
   uv_poll_stop(&s->poll);
   tap_flush(l);
+  if (l->closing) return;  // as in hand_over
   napi_handle_scope scope;
   napi_open_handle_scope(l->env, &scope);
   napi_value argv[2];

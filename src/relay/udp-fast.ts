@@ -86,18 +86,21 @@ export function udpTapEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
   return env.KUP_UDP_TAP !== 'off';
 }
 
-const taps = new WeakMap<UdpFastCalls, UdpTap | null>();
+/** The process's tap: undefined until set up, null when it could not be. */
+let processTap: UdpTap | null | undefined;
 
-/** The addon's tap, set up on first use (once per process); undefined when it cannot be. */
+/**
+ * The addon's tap, set up on first use; undefined when it cannot be. The addon has one per process (one
+ * entries array, one batch buffer: a second setupTap() would take every listener's entries to a new
+ * array), so every calls object, a wrapper of the addon's included, gets the one set up first.
+ */
 export function udpTap(calls: UdpFastCalls): UdpTap | undefined {
-  let tap = taps.get(calls);
-  if (tap === undefined) {
+  if (processTap === undefined) {
     const info = new Float64Array(TAP_FIELDS * TAP_BATCH);
     const buffer = calls.setupTap(info);
-    tap = typeof buffer === 'number' ? null : { info, buffer };
-    taps.set(calls, tap);
+    processTap = typeof buffer === 'number' ? null : { info, buffer };
   }
-  return tap ?? undefined;
+  return processTap ?? undefined;
 }
 
 /** What dgram's socket holds of its libuv handle (Node keeps it under a symbol; `_handle` is deprecated). */
