@@ -1,6 +1,6 @@
 // What lives on the heap, for tests that prove something is not kept or not allocated: a full garbage
 // collection, and how many objects of a class are alive (v8.queryObjects, after its own full GC).
-import { getHeapSpaceStatistics, queryObjects, setFlagsFromString } from 'node:v8';
+import { getHeapSpaceStatistics, getHeapStatistics, queryObjects, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
 setFlagsFromString('--expose-gc');
@@ -15,6 +15,12 @@ export async function collectGarbage(): Promise<void> {
   await new Promise((resolve) => setImmediate(resolve));
   gc();
   gc();
+}
+
+/** The heap in use after a full garbage collection (collectGarbage), in bytes. */
+export async function usedHeap(): Promise<number> {
+  await collectGarbage();
+  return getHeapStatistics().used_heap_size;
 }
 
 /** How many objects whose prototype chain holds `ctor.prototype` are alive (after a full GC). */

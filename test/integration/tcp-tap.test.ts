@@ -26,6 +26,7 @@ import { createTracer, type TraceEvent } from '../../src/trace/tracer.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 import { tcpServer, waitFor } from '../helpers/servers.ts';
+import { recordingTracer } from '../helpers/tracer.ts';
 
 type After = { after(fn: () => unknown): void };
 /** The TcpConnection behind a ConnectionInfo: whether a side is held back. */
@@ -112,11 +113,7 @@ async function httpBackend(t: After): Promise<Endpoint> {
 
 /** Three keep-alive requests (one a 300 KB upload with a 200 KB answer), then a TLS exchange. */
 async function traffic(t: After, mode: Mode, http1: Endpoint, tlsEndpoint: Endpoint) {
-  const table = new ConnectionTable();
-  const tracer = createTracer({ mode: 'protocols', table });
-  const events: TraceEvent[] = [];
-  const sub = tracer.subscribe({}, (e) => events.push(e))!;
-  t.after(() => sub.close());
+  const { table, tracer, events } = recordingTracer(t);
   const tcpOffload = mode.tcpOffload();
   const tapped = tcpOffload?.tapped ?? 0;
   const dialled = tcpOffload?.dialled ?? 0;
@@ -399,11 +396,7 @@ test("while tapped, the endpoint's FIN still reaches the client with its answer,
   const answer = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok';
   const pod = await endpoint(t, (s) => s.once('data', () => s.end(answer)));
   const context = makeContext([ep('127.0.0.12', pod.port)]);
-  const table = new ConnectionTable();
-  const tracer = createTracer({ mode: 'protocols', table });
-  const events: TraceEvent[] = [];
-  const sub = tracer.subscribe({}, (e) => events.push(e))!;
-  t.after(() => sub.close());
+  const { table, tracer, events } = recordingTracer(t);
   context.observer = tracer.observerFor({ trace: undefined });
   const listener = await listen(t, context, o);
   const tapped = o.tapped;

@@ -11,12 +11,11 @@ import { noopObserver } from '../../src/relay/observer.ts';
 import { Sweeper } from '../../src/relay/sweeper.ts';
 import { DEFAULT_UDP_OPTIONS, UdpListener, type UdpRelayOptions } from '../../src/relay/udp.ts';
 import { loadUdpFast, type UdpFastCalls, udpTapEnabled } from '../../src/relay/udp-fast.ts';
-import { ConnectionTable } from '../../src/trace/connection-table.ts';
-import { createTracer, type TraceEvent } from '../../src/trace/tracer.ts';
 import { dnsAnswer, dnsQuery } from '../helpers/dns.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 import { udpServer, waitFor } from '../helpers/servers.ts';
+import { recordingTracer } from '../helpers/tracer.ts';
 
 type After = { after(fn: () => unknown): void };
 
@@ -109,11 +108,7 @@ test('a traced DNS session: the addon relays it from its first answer, with the 
   t.after(() => server.close());
   const seen: unknown[] = [];
   for (const path of PATHS) {
-    const table = new ConnectionTable();
-    const tracer = createTracer({ mode: 'protocols', table });
-    const events: TraceEvent[] = [];
-    const sub = tracer.subscribe({}, (e) => events.push(e))!;
-    t.after(() => sub.close());
+    const { table, tracer, events } = recordingTracer(t);
     const real = path.calls();
     const spy = real === null ? null : counted(real);
     const { listener } = await relay(

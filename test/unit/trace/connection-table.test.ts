@@ -2,7 +2,6 @@
 // closed connections and its drop count, and the filters.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import v8 from 'node:v8';
 import type { CloseReason } from '../../../src/relay/close-reason.ts';
 import type { ConnectAttempt, ConnectionInfo } from '../../../src/relay/observer.ts';
 import type { ServicePortName } from '../../../src/state/service-port.ts';
@@ -10,7 +9,7 @@ import type { ListOptions } from '../../../src/trace/connection-table.ts';
 import { ConnectionTable, matchesClient, matchesService } from '../../../src/trace/connection-table.ts';
 import type { AppInfo, Sniffer } from '../../../src/trace/sniff/types.ts';
 import { ep } from '../../helpers/endpoints.ts';
-import { collectGarbage } from '../../helpers/heap.ts';
+import { usedHeap } from '../../helpers/heap.ts';
 
 type FakeConn = {
   -readonly [K in keyof ConnectionInfo]: ConnectionInfo[K];
@@ -157,16 +156,12 @@ test('a sniffed connection that closes before any byte is no-data; one not sniff
 });
 
 test('an active entry copies nothing of its connection (< 100 B each; 184 when it kept its own id, service, client, endpoint and start)', async () => {
-  const used = async () => {
-    await collectGarbage();
-    return v8.getHeapStatistics().used_heap_size;
-  };
   const n = 4000;
   const conns = Array.from({ length: n }, () => conn({ startMs: 1_800_000_000_000 }));
   const table = new ConnectionTable();
-  const before = await used();
+  const before = await usedHeap();
   for (const c of conns) table.open(c).sniff();
-  const each = ((await used()) - before) / n;
+  const each = ((await usedHeap()) - before) / n;
   assert.equal(table.activeCount, n);
   assert.ok(each < 100, `${each.toFixed(0)} B an entry`);
   // What is read from the connection is what it was opened with.

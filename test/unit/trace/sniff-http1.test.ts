@@ -2,11 +2,10 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type net from 'node:net';
 import { test } from 'node:test';
-import v8 from 'node:v8';
 import { request as undiciRequest } from 'undici';
 import { createSniffer, sniffLimits, startSniffer } from '../../../src/trace/sniff/classify.ts';
 import type { Http1Info, SniffEvent, Sniffer } from '../../../src/trace/sniff/types.ts';
-import { collectGarbage } from '../../helpers/heap.ts';
+import { usedHeap } from '../../helpers/heap.ts';
 import {
   assertSplitInvariant,
   bytewise,
@@ -319,47 +318,39 @@ test('between exchanges a sniffer holds no parse state: connections that interle
 });
 
 test('an idle keep-alive sniffer after one exchange holds its exchange only (< 400 B: no parse state, no copy of a repeated path or Host)', async () => {
-  const used = async () => {
-    await collectGarbage();
-    return v8.getHeapStatistics().used_heap_size;
-  };
   const n = 4000;
   const kept: Sniffer[] = new Array(n);
   const request = Buffer.from('GET /api/v1/items HTTP/1.1\r\nHost: shop.prod.svc.cluster.local\r\n\r\n');
   const response = Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok');
   // As the tracer starts them: one shared limits object, the protocol's sniffer started by the first bytes.
   const limits = sniffLimits({ maxRequests: 16 });
-  const before = await used();
+  const before = await usedHeap();
   for (let i = 0; i < n; i++) {
     const sn = startSniffer(limits, 'tcp', true, request, 1_800_000_000_000 + i)!;
     sn.onEndpointData(response, 1_800_000_000_005 + i);
     kept[i] = sn;
   }
-  const each = ((await used()) - before) / n;
+  const each = ((await usedHeap()) - before) / n;
   assert.equal(http1(kept[n - 1]!.info()).exchanges[0]!.status, 200);
   // Before: the sniffer 152 B, its two directions 320, the exchange 136, its path and Host 64 (~690 B).
   assert.ok(each < 400, `${each.toFixed(0)} B a sniffer`);
 });
 
 test('a sniffer done with part of one more request in hand lets go of it (< 400 B; ~560 while it kept the part)', async () => {
-  const used = async () => {
-    await collectGarbage();
-    return v8.getHeapStatistics().used_heap_size;
-  };
   const n = 4000;
   const kept: Sniffer[] = new Array(n);
   const limits = sniffLimits({ maxRequests: 1 });
   const request = Buffer.from('GET /a HTTP/1.1\r\nHost: h\r\n\r\n');
   const partOfNext = Buffer.from('GET /b HTTP/1.1\r\nHost: h\r\nCookie: ');
   const response = Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n');
-  const before = await used();
+  const before = await usedHeap();
   for (let i = 0; i < n; i++) {
     const sn = startSniffer(limits, 'tcp', true, request, 1)!;
     sn.onClientData(partOfNext, 2);
     sn.onEndpointData(response, 3);
     kept[i] = sn;
   }
-  const each = ((await used()) - before) / n;
+  const each = ((await usedHeap()) - before) / n;
   const info = http1(kept[0]!.info());
   assert.equal(kept[0]!.done, true);
   assert.deepEqual([info.requests, info.responses, info.exchanges[0]!.path], [1, 1, '/a']);
