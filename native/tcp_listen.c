@@ -6,10 +6,10 @@
 // is set on it, so every accepted socket has it from accept4() on (Linux copies it). Each wake accepts up
 // to ACCEPT_BATCH connections with accept4(), which gives the peer's address too (no getpeername), and
 // calls JavaScript once per connection: onAccept(owner, fd, address, port); the descriptor is then
-// JavaScript's. A wake's calls share one callback scope: the microtasks and ticks run once, after the
-// last of them, as after one of Node's own callbacks. Running out of descriptors (EMFILE, ENFILE) is told once per wake, onError(owner, -errno),
-// and what waits in the queue is shed as libuv does (its reserve-descriptor trick: closes a spare, accepts
-// and closes, reopens it), so the socket does not stay readable. close() stops and closes it at once.
+// JavaScript's. A wake's calls share one callback scope (batch_scope.h). Running out of descriptors
+// (EMFILE, ENFILE) is told once per wake, onError(owner, -errno), and what waits in the queue is shed as
+// libuv does (its reserve-descriptor trick: closes a spare, accepts and closes, reopens it), so the
+// socket does not stay readable. close() stops and closes it at once.
 //
 // Node-API for everything JavaScript sees; libuv (uv.h from the same headers) only for the loop.
 #define _GNU_SOURCE  // accept4
@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "batch_scope.h"
 #include "sockaddr_js.h"
 
 // Connections accepted per wake at most, so that one busy port does not hold the loop.
@@ -46,7 +47,7 @@ static napi_async_context g_async;
 static uv_loop_t* g_loop;
 static int g_reserve = -1;  // a spare descriptor, given up to shed connections when none is left
 
-// Calls `fn_ref` with argv (argv[0], the owner, is `this`) in the wake's callback scope (wake_begin). A
+// Calls `fn_ref` with argv (argv[0], the owner, is `this`) in the wake's callback scope (batch_scope.h). A
 // throw is the process's uncaught exception.
 static void call(napi_ref fn_ref, size_t argc, napi_value* argv) {
   napi_env env = g_env;
@@ -59,32 +60,12 @@ static void call(napi_ref fn_ref, size_t argc, napi_value* argv) {
   }
 }
 
-// A wake's scopes, opened at its first call into JavaScript and closed when it is over (wake_end).
-typedef struct {
-  napi_handle_scope handles;
-  napi_callback_scope callback;
-} wake_t;
 
-static void wake_begin(listener_t* l, wake_t* w) {
-  if (w->callback != NULL) return;
-  napi_env env = g_env;
-  napi_open_handle_scope(env, &w->handles);
-  napi_value owner;
-  napi_get_reference_value(env, l->owner, &owner);
-  napi_open_callback_scope(env, owner, g_async, &w->callback);
-}
-
-static void wake_end(wake_t* w) {
-  if (w->callback == NULL) return;
-  napi_close_callback_scope(g_env, w->callback);
-  napi_close_handle_scope(g_env, w->handles);
-}
-
-static void notify_accept(listener_t* l, wake_t* w, int fd, const struct sockaddr_storage* addr) {
+static void notify_accept(listener_t* l, batch_scope_t* w, int fd, const struct sockaddr_storage* addr) {
   char text[INET6_ADDRSTRLEN];
   int port = sockaddr_text(addr, text);
   napi_env env = g_env;
-  wake_begin(l, w);
+  batch_scope_open(env, w, l->owner, g_async);
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
   napi_value argv[4];
@@ -96,9 +77,9 @@ static void notify_accept(listener_t* l, wake_t* w, int fd, const struct sockadd
   napi_close_handle_scope(env, scope);
 }
 
-static void notify_error(listener_t* l, wake_t* w, int err) {
+static void notify_error(listener_t* l, batch_scope_t* w, int err) {
   napi_env env = g_env;
-  wake_begin(l, w);
+  batch_scope_open(env, w, l->owner, g_async);
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
   napi_value argv[2];
@@ -125,7 +106,7 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
   listener_t* l = (listener_t*)handle;
   (void)events;
   if (status < 0) return;
-  wake_t wake = {NULL, NULL};
+  batch_scope_t wake = {NULL, NULL};
   for (int i = 0; i < ACCEPT_BATCH && !l->closed; i++) {
     struct sockaddr_storage addr;
     socklen_t len = sizeof addr;
@@ -140,7 +121,7 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
     }
     notify_accept(l, &wake, fd, &addr);
   }
-  wake_end(&wake);
+  batch_scope_close(g_env, &wake);
 }
 
 // Freed once both its poll is closed and its external is gone.

@@ -38,6 +38,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "batch_scope.h"
 #include "sockaddr_js.h"
 
 // Close reasons, as the numbers src/relay/tcp-offload.ts maps back to names.
@@ -209,12 +210,9 @@ static int pass_fin(relay_t* r, side_t* from) {
   return 0;
 }
 
-// The calls into JavaScript of one epoll batch share one callback scope, opened at the first of them: the
-// microtasks and ticks run once, when the batch is over, as after one of Node's own callbacks, instead of
-// after each call (make_callback's scope); their values live in the batch's handle scope till then.
+// The calls into JavaScript of one epoll batch share one callback scope (batch_scope.h).
 static int g_batching;
-static napi_handle_scope g_batch_handles;
-static napi_callback_scope g_batch_scope;
+static batch_scope_t g_batch_scope;
 static napi_ref g_batch_resource;  // the scope's resource object (async_hooks')
 
 // What a call into JavaScript needs open: in a batch, the batch's scopes (NULL is returned); otherwise a
@@ -226,12 +224,7 @@ static napi_handle_scope js_begin(void) {
     napi_open_handle_scope(env, &scope);
     return scope;
   }
-  if (g_batch_scope == NULL) {
-    napi_open_handle_scope(env, &g_batch_handles);
-    napi_value resource;
-    napi_get_reference_value(env, g_batch_resource, &resource);
-    napi_open_callback_scope(env, resource, g_async, &g_batch_scope);
-  }
+  batch_scope_open(env, &g_batch_scope, g_batch_resource, g_async);
   return NULL;
 }
 
@@ -242,10 +235,7 @@ static void js_end(napi_handle_scope scope) {
 // The batch is over: its microtasks and ticks run now.
 static void batch_end(void) {
   g_batching = 0;
-  if (g_batch_scope == NULL) return;
-  napi_close_callback_scope(g_env, g_batch_scope);
-  napi_close_handle_scope(g_env, g_batch_handles);
-  g_batch_scope = NULL;
+  batch_scope_close(g_env, &g_batch_scope);
 }
 
 // Calls `fn_ref` with argv (argv[0], the owner, is `this`) between js_begin and js_end: in a batch's

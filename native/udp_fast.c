@@ -280,13 +280,9 @@ static void on_listener(uv_poll_t* poll, int status, int events) {
     s->stats[1] += (double)len;
     s->stats[3] += 1;
     l->bypassed += 1;
-    if (send(s->fd, buffers[i], len, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-        errno != ENOBUFS) {
-      if (s->tap) tap_note(s, 0, i, len);  // sent or not, as the JavaScript relay's observer saw it
-      fail_session(s, errno);
-      continue;
-    }
-    if (s->tap) tap_note(s, 0, i, len);
+    int err = send(s->fd, buffers[i], len, MSG_DONTWAIT) < 0 ? errno : 0;
+    if (s->tap) tap_note(s, 0, i, len);  // sent or not, as the JavaScript relay's observer saw it
+    if (err != 0 && err != EAGAIN && err != EWOULDBLOCK && err != ENOBUFS) fail_session(s, err);
   }
   tap_flush(l);
 }
