@@ -429,21 +429,17 @@ function newContext(
   const balancers = newFamilyBalancers(sp, deps.outlier, Math.random, deps.affinityByHash);
   const proxyProtocol = proxyProtocolSettings(sp, proxyProtocolOf(sp, deps.proxyProtocolDefault));
   const balancer = balancers[primaryFamily(sp)];
-  if (primary !== undefined) {
-    const { stats } = primary;
-    return {
-      name: sp.name,
-      protocol: sp.protocol,
-      balancer,
-      balancers,
-      stats,
-      observer,
-      proxyProtocol,
-      statsOwner: primary,
-    };
-  }
-  const stats = sp.protocol === 'TCP' ? IDLE_STATS : newServicePortStats();
-  return { name: sp.name, protocol: sp.protocol, balancer, balancers, stats, observer, proxyProtocol };
+  const stats = primary?.stats ?? (sp.protocol === 'TCP' ? IDLE_STATS : newServicePortStats());
+  const context = {
+    name: sp.name,
+    protocol: sp.protocol,
+    balancer,
+    balancers,
+    stats,
+    observer,
+    proxyProtocol,
+  };
+  return primary === undefined ? context : { ...context, statsOwner: primary };
 }
 
 /** The ports of the listeners of external destinations, by destination (`via`). */
