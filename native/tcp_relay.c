@@ -9,7 +9,7 @@
 // Each readable side is read into one buffer shared by every relay (the loop is single-threaded) and written on at once; what the other side's kernel does not
 // take waits in a buffer of the connection's own, and the side that sent it is not read until it is out
 // (backpressure). An end of stream is passed on with shutdown(SHUT_WR) once the bytes before it are out,
-// in the same segment as the last of them (TCP_CORK) when they leave together; a reset or an error
+// in the same segment as the last of them (MSG_MORE) when they leave together; a reset or an error
 // closes both sides, as the JavaScript relay's destroy() does. The idle, half-close and stall timeouts
 // run on one timer per connection. JavaScript hears of a connection once, when it is over: the callback
 // given to setup() gets (owner, reason, bytes from the client, bytes to the client); abort() ends one
@@ -60,6 +60,8 @@ enum {
 #define CLIENT 0
 #define UPSTREAM 1
 #define READ_SIZE 65536
+#define RDHUP_FIN 1
+#define RDHUP_ERROR 2
 
 typedef struct relay relay_t;
 
@@ -71,7 +73,8 @@ typedef struct {
   int shared;     // its descriptor may be open elsewhere too (a dup): taken out of the set before close
   uint32_t early; // the client's events while the endpoint was dialled (edge-triggered): read at connect
   int eof;        // read to its end of stream
-  int rdhup;      // its FIN has arrived (not necessarily read yet)
+  int rdhup;      // its FIN has arrived (not necessarily read yet): RDHUP_FIN, or RDHUP_ERROR with an error
+                  // pending (a reset may have come instead)
   int shut;       // our FIN sent to it
   int tap;        // what is read from it goes to JavaScript too (setupTap's callback)
   char* pending;  // bytes for this side that its kernel did not take yet
@@ -273,7 +276,8 @@ static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
   return r->closing ? -1 : 0;
 }
 
-// Reads what `from` has and writes it on (and to the tap); -1 after the relay ended.
+// Reads what `from` has and writes it on (and to the tap); -1 after the relay ended. `disconnect`: what
+// the event said of its FIN (0, RDHUP_FIN, RDHUP_ERROR).
 static int pump(relay_t* r, side_t* from, int disconnect) {
   side_t* to = &r->sides[1 - from->side];
   ssize_t n;
@@ -290,13 +294,14 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
     return pass_fin(r, from);
   }
   from->bytesRead += (double)n;
-  if (disconnect) from->rdhup = 1;
-  // The FIN has come and this read drained the socket: it is next, and leaves with these bytes.
+  if (disconnect > from->rdhup) from->rdhup = disconnect;
+  // The FIN has come and this read drained the socket (a read takes all a socket holds, up to its size):
+  // it is next, and leaves with these bytes. MSG_MORE holds them (as TCP_CORK would, without two
+  // setsockopt calls) until the shutdown() after it sends them with the FIN in one segment.
   int last = from->rdhup && n < READ_SIZE && !to->shut;
-  int one = 1, zero = 0;
-  if (last) setsockopt(to->fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+  int one = 1;
   ssize_t w;
-  do w = write(to->fd, g_buf, (size_t)n);
+  do w = send(to->fd, g_buf, (size_t)n, last ? MSG_MORE | MSG_NOSIGNAL : MSG_NOSIGNAL);
   while (w < 0 && errno == EINTR);
   if (w < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -307,7 +312,8 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
   }
   to->bytesWritten += (double)w;
   if (w < n) {
-    if (last) setsockopt(to->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+    // What was taken goes now (setting TCP_NODELAY again pushes what MSG_MORE held).
+    if (last && w > 0) setsockopt(to->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     to->pending = malloc((size_t)(n - w));
     if (to->pending == NULL) {
       abort_with(r, R_ERROR);
@@ -319,9 +325,10 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
     return from->tap ? tap_chunk(r, from, n) : 0;
   }
   if (last) {
-    // Read the EOF now (it is there), and the FIN pushes out what the cork holds.
+    // The EOF is there, and the FIN pushes out what MSG_MORE held. Only with an error pending is it
+    // read first (a peek): a reset may have come instead.
     char byte;
-    ssize_t e = recv(from->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t e = from->rdhup == RDHUP_FIN ? 0 : recv(from->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (e == 0) {
       from->eof = 1;
       if (from->tap) {
@@ -340,7 +347,7 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
       abort_with(r, error_reason(from->side, errno));
       return -1;
     }
-    setsockopt(to->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+    setsockopt(to->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
   return from->tap ? tap_chunk(r, from, n) : 0;
 }
@@ -396,7 +403,7 @@ static void on_events(side_t* s, uint32_t ev) {
   if (r->closing) return;
   if (r->connecting) {
     // The client's events wait for the connect (it is watched edge-triggered meanwhile).
-    if (s->side == UPSTREAM && (s->mask & EPOLLOUT)) connect_done(r, ev & EPOLLERR ? -EBADF : 0);
+    if (s->side == UPSTREAM && (s->mask & EPOLLOUT)) connect_done(r, ev & (EPOLLERR | EPOLLHUP) ? -EBADF : 0);
     else if (s->side == CLIENT) s->early |= ev;
     return;
   }
@@ -408,7 +415,7 @@ static void on_events(side_t* s, uint32_t ev) {
     // level-triggered) until the read that finds the error.
     if (s->mask & EPOLLIN) {
       double before = s->bytesRead;
-      if (pump(r, s, 1) < 0) return;
+      if (pump(r, s, RDHUP_ERROR) < 0) return;
       if (s->bytesRead != before || s->eof) {
         update(r);
         return;
@@ -427,10 +434,10 @@ static void on_events(side_t* s, uint32_t ev) {
     if (done && other->eof && pass_fin(r, other) < 0) return;
   }
   if (ev & EPOLLIN && (s->mask & EPOLLIN)) {
-    if (pump(r, s, (ev & EPOLLRDHUP) != 0) < 0) return;
+    if (pump(r, s, ev & EPOLLRDHUP ? RDHUP_FIN : 0) < 0) return;
   } else if (ev & EPOLLRDHUP) {
     // Paused, and its FIN came (or a hang-up, reported until something is read): not polled for it again.
-    s->rdhup = 1;
+    if (!s->rdhup) s->rdhup = RDHUP_FIN;
   }
   update(r);
 }
@@ -716,13 +723,16 @@ static void connect_failed(relay_t* r, int status) {
   notify_connect(r, status);
 }
 
-// The upstream socket became writable (or reported an error): connected, or how it failed.
+// The upstream socket became writable (status 0: connected; a failed connect is writable with an
+// error and a hang-up, and SO_ERROR, asked only then, says which error), or how it failed.
 static void connect_done(relay_t* r, int status) {
   side_t* up = &r->sides[UPSTREAM];
   int err = 0;
-  socklen_t len = sizeof err;
-  if (getsockopt(up->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-  if (err == 0 && status < 0) err = -status;
+  if (status < 0) {
+    socklen_t len = sizeof err;
+    if (getsockopt(up->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err == 0) err = -status;
+  }
   if (err != 0) {
     watch(up, 0);
     connect_failed(r, -err);

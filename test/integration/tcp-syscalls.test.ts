@@ -1,0 +1,92 @@
+// What one proxied connection costs in system calls, counted by strace on the proxy as users run it
+// (the bin, a manifest, --workers 1): the native relay's path, accept to close. Every call here is on
+// every connection's path, so a call added to it shows up as one per connection. The budget holds the
+// three the relay no longer makes: SO_ERROR after a connect that epoll reported clean (only a failed
+// connect is asked which error), TCP_CORK on and off around the answer that leaves with the FIN
+// (MSG_MORE on its send holds it instead), and the peek for the end of stream after a FIN that came with
+// no error pending.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { requireRootOrSkip } from '../helpers/netns.ts';
+import { startProxyProcess } from '../helpers/proxy-process.ts';
+import { waitFor } from '../helpers/servers.ts';
+
+const CONNECTIONS = 200;
+
+/** One connection through `port`: a request, the whole answer (the endpoint's 'pod' and its FIN), close. */
+function roundTrip(port: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.end('GET / HTTP/1.0\r\n\r\n'));
+    let text = '';
+    socket.setTimeout(5000, () => socket.destroy(new Error('no answer in 5 s')));
+    socket.on('data', (d) => {
+      text += String(d);
+    });
+    socket.on('error', reject);
+    socket.on('close', () => resolve(text));
+  });
+}
+
+/** strace -c's summary: calls by system call name. */
+function parseSummary(text: string): Map<string, number> {
+  const calls = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    const cols = line.trim().split(/\s+/);
+    const name = cols.at(-1);
+    // "% time seconds usecs/call calls [errors] syscall"
+    if (cols.length >= 5 && name !== undefined && /^[a-z_0-9]+$/.test(name) && name !== 'total')
+      calls.set(name, Number(cols[3]));
+  }
+  return calls;
+}
+
+test('a proxied connection makes no SO_ERROR, TCP_CORK or end-of-stream peek call', async (t) => {
+  if (!requireRootOrSkip(t)) return; // strace attaches to a process that is not its child
+  const proxy = await startProxyProcess({ extraArgs: ['--workers=1'] });
+  t.after(() => proxy.stop());
+  // Warm: the first connections compile the path.
+  for (let i = 0; i < 20; i++) assert.equal(await roundTrip(proxy.ports.proxy), 'pod');
+  const dir = await mkdtemp(join(tmpdir(), 'kup-strace-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const out = join(dir, 'summary.txt');
+  const strace = spawn('strace', ['-f', '-c', '-o', out, '-p', String(proxy.child.pid)], { stdio: 'pipe' });
+  let straceErr = '';
+  strace.stderr.on('data', (d) => {
+    straceErr += String(d);
+  });
+  const exited = new Promise<void>((resolve) => strace.once('exit', () => resolve()));
+  const spawned = await new Promise<Error | undefined>((resolve) => {
+    strace.once('spawn', () => resolve(undefined));
+    strace.once('error', resolve);
+  });
+  assert.equal(spawned, undefined, 'strace is installed (CI: .ci/run installs it)');
+  // Attached once strace says so for the main thread.
+  await waitFor(() => /attached/.test(straceErr), 10_000, 'strace attached');
+  for (let i = 0; i < CONNECTIONS; i++) assert.equal(await roundTrip(proxy.ports.proxy), 'pod');
+  // The relay's last events (the client's close) come after the client's 'close'.
+  await new Promise((r) => setTimeout(r, 200));
+  strace.kill('SIGINT');
+  await exited; // SIGINT: it detaches and writes its summary
+  const calls = parseSummary(await readFile(out, 'utf8'));
+  assert.ok(calls.size > 0, `strace's summary: ${straceErr}`);
+  const per = (name: string) => (calls.get(name) ?? 0) / CONNECTIONS;
+  t.diagnostic(
+    `per connection: ${[...calls]
+      .filter(([, n]) => n >= CONNECTIONS / 2)
+      .map(([name, n]) => `${name} ${(n / CONNECTIONS).toFixed(2)}`)
+      .join(', ')}`,
+  );
+  // Every connection was relayed natively: one socket and one connect each.
+  assert.ok(per('connect') >= 1 && per('connect') < 1.1, `connect ${per('connect')}`);
+  // TCP_NODELAY on the dialled socket; was 2 (+ TCP_CORK on, and off again when the FIN was not next).
+  assert.ok(per('setsockopt') < 1.1, `setsockopt ${per('setsockopt')} a connection`);
+  // Was 1 (SO_ERROR after every connect).
+  assert.ok(per('getsockopt') < 0.1, `getsockopt ${per('getsockopt')} a connection`);
+  // Was 1 (recv MSG_PEEK for the end of stream behind the answer).
+  assert.ok(per('recvfrom') < 0.1, `recvfrom ${per('recvfrom')} a connection`);
+});
