@@ -5,7 +5,7 @@
 // current picture (counted per service port), how many listed endpoints are on each port, and the
 // warnings already given.
 
-import { CountedSet } from '../lib/counted-set.ts';
+import { CountedSet, PortBits } from '../lib/counted-set.ts';
 import { isLoopbackIP } from '../lib/ip.ts';
 import type { Logger } from '../lib/log.ts';
 import { type Endpoint, type EndpointKey, endpointKey } from '../state/endpoint.ts';
@@ -97,6 +97,11 @@ function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
   return true;
 }
 
+/** Ports, counted: a bit each (a proxy port is one service port's own: counts above one are rare). */
+function countedPorts(): CountedSet<number> {
+  return new CountedSet(new PortBits());
+}
+
 /** Counts `key` once more (`by` 1) or once less (-1); a count of 0 is no entry. */
 function count(counts: Map<number, number>, key: number, by: 1 | -1): void {
   const n = (counts.get(key) ?? 0) + by;
@@ -121,8 +126,8 @@ const MAX_WARNED = 4096;
 export class LoopGuard {
   readonly #log: Logger;
   readonly #warned = new Set<string>();
-  readonly #proxyPorts = { TCP: new CountedSet<number>(), UDP: new CountedSet<number>() };
-  readonly #nodePorts = { TCP: new CountedSet<number>(), UDP: new CountedSet<number>() };
+  readonly #proxyPorts = { TCP: countedPorts(), UDP: countedPorts() };
+  readonly #nodePorts = { TCP: countedPorts(), UDP: countedPorts() };
   readonly #portals = { TCP: new CountedSet<EndpointKey>(), UDP: new CountedSet<EndpointKey>() };
   #own: OwnListeners = {
     ...NO_LISTENERS,
