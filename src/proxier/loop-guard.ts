@@ -76,20 +76,8 @@ export type OwnPortsOptions = {
   readonly portals: boolean;
 };
 
-/**
- * What a running service port added to the picture: the service port as it was then and its
- * listeners' ports (one number for the usual one); its portals are derived again when taken out. Kept
- * small: there is one per service port, held by its owner (the proxier's runtime), not in a map here.
- */
-export type Placed = { readonly sp: ServicePort; readonly ports: number | readonly number[] };
-
 /** Which listed endpoints a change of what answers as us concerns (LoopGuard.takeChanges). */
 export type Concerns = (e: Endpoint) => boolean;
-
-function samePorts(a: number | readonly number[], b: number | readonly number[]): boolean {
-  if (typeof a === 'number' || typeof b === 'number') return a === b;
-  return a.length === b.length && a.every((p, i) => p === b[i]);
-}
 
 function sameSet<T>(a: ReadonlySet<T>, b: ReadonlySet<T>): boolean {
   if (a.size !== b.size) return false;
@@ -119,9 +107,10 @@ const MAX_WARNED = 4096;
 
 /**
  * The current picture, applied to endpoint lists; warns once per service port and endpoint. The picture
- * is counted per service port (place/remove), so one that starts or stops changes it without a look
- * at the others; takeChanges() tells which listed endpoints what came or went concerns, and whether
- * any can be (how many listed endpoints are on each port: watch).
+ * is counted per listener (moveProxyPort) and per service port (place/remove: its NodePort and
+ * portals), so one that starts or stops changes it without a look at the others; takeChanges() tells
+ * which listed endpoints what came or went concerns, and whether any can be (how many listed endpoints
+ * are on each port: watch).
  */
 export class LoopGuard {
   readonly #log: Logger;
@@ -163,30 +152,31 @@ export class LoopGuard {
     return true;
   }
 
+  /** A listener of a `protocol` service port moved from proxy port `before` to `after` (undefined: none). */
+  moveProxyPort(protocol: Protocol, before: number | undefined, after: number | undefined): void {
+    if (before === after) return;
+    if (before !== undefined) this.#proxyPorts[protocol].delete(before);
+    if (after !== undefined) this.#proxyPorts[protocol].add(after);
+  }
+
   /**
-   * `sp` runs with listeners on `proxyPorts` (0 = none), replacing `before` (what place() returned for
-   * it last; undefined: nothing). Returns what it adds now: the caller keeps it for the next call.
+   * `sp` runs: its NodePort and portals are in the picture, replacing those of `before` (the service port
+   * as placed last; undefined: none). The caller keeps `sp` for the next call.
    */
-  place(sp: ServicePort, proxyPorts: readonly number[], before: Placed | undefined): Placed {
-    const used = proxyPorts.filter((p) => p !== 0);
-    const ports = used.length === 1 ? used[0]! : used;
-    if (before?.sp === sp && samePorts(before.ports, ports)) return before;
+  place(sp: ServicePort, before: ServicePort | undefined): void {
+    if (sp === before) return;
     if (before !== undefined) this.#count(before, -1);
-    const placed: Placed = { sp, ports };
-    this.#count(placed, 1);
-    return placed;
+    this.#count(sp, 1);
   }
 
-  /** The service port that place() returned `placed` for runs no more: what it added is taken out. */
-  remove(placed: Placed): void {
-    this.#count(placed, -1);
+  /** The service port placed last as `sp` runs no more: its NodePort and portals are taken out. */
+  remove(sp: ServicePort): void {
+    this.#count(sp, -1);
   }
 
-  #count({ sp, ports }: Placed, by: 1 | -1): void {
+  #count(sp: ServicePort, by: 1 | -1): void {
     const proto = sp.protocol;
     const change = <T>(set: CountedSet<T>, value: T) => (by === 1 ? set.add(value) : set.delete(value));
-    if (typeof ports === 'number') change(this.#proxyPorts[proto], ports);
-    else for (const p of ports) change(this.#proxyPorts[proto], p);
     if (this.#options.nodePorts && sp.nodePort !== 0) change(this.#nodePorts[proto], sp.nodePort);
     if (!this.#options.portals) return;
     for (const ips of [sp.clusterIPs, sp.externalIPs, sp.loadBalancerIPs])

@@ -23,11 +23,16 @@ import type { UdpRelayOptions } from '../relay/udp.ts';
 import { UdpSessionBudget } from '../relay/udp.ts';
 import type { ServicePortEndpoints } from '../state/endpoint.ts';
 import type { TimeSlices } from '../state/proxy-state.ts';
-import { type ServicePort, type ServicePortKey, samePortals } from '../state/service-port.ts';
+import {
+  parseServicePortKey,
+  type ServicePort,
+  type ServicePortKey,
+  samePortals,
+} from '../state/service-port.ts';
 import type { Snapshot } from '../state/snapshot.ts';
 import { isDualStack } from './family-balancers.ts';
 import { readLocalAddresses } from './local-addresses.ts';
-import { type Concerns, LoopGuard, type OwnPortsOptions, type Placed } from './loop-guard.ts';
+import { type Concerns, LoopGuard, type OwnPortsOptions } from './loop-guard.ts';
 import { NodePortClaims, nodePortHostsFor } from './node-port-claims.ts';
 import type { PortAllocator } from './port-allocator.ts';
 import { PortBinder } from './port-binder.ts';
@@ -176,10 +181,10 @@ export class Proxier {
    */
   readonly #portsBefore = new Map<ServicePortKey, readonly ListenerPort[]>();
   /**
-   * What the service ports stopped since the sync last noted what changed had added to the loop guard's
-   * picture: taken out (or replaced by a successor's) only then, as if they had run until then.
+   * The service ports stopped since the sync last noted what changed, as the loop guard's picture has
+   * them: taken out (or replaced by a successor) only then, as if they had run until then.
    */
-  readonly #placedBeforeStop = new Map<ServicePortKey, Placed>();
+  readonly #placedBeforeStop = new Map<ServicePortKey, ServicePort>();
   /** Proxy ports that changed since onProxyPortsChanged was last called (undefined: gone). */
   readonly #portChanges = new Map<string, number | undefined>();
   #statsOverlay: StatsOverlay | undefined;
@@ -586,9 +591,9 @@ export class Proxier {
   }
 
   /**
-   * Tells the loop guard what each touched service port now adds to the picture (its ports, NodePort
-   * and portals; nothing once stopped), notes the proxy ports that moved, and keeps the set of those
-   * with ClientIP affinity.
+   * Notes the proxy ports that moved, tells the loop guard what each touched service port now adds to
+   * the picture (its listeners' ports, NodePort and portals; nothing once stopped), and keeps the set of
+   * those with ClientIP affinity.
    */
   #noteTouched(): void {
     for (const key of this.#touched) {
@@ -601,21 +606,32 @@ export class Proxier {
         this.#withAffinity.delete(key);
         continue;
       }
-      const ports = [rt.proxyPort, rt.localProxyPort, ...rt.portalProxyPorts().map(([, port]) => port)];
-      rt.placed = this.#loopGuard.place(rt.servicePort, ports, placed);
+      this.#loopGuard.place(rt.servicePort, placed);
+      rt.placed = rt.servicePort;
       if (rt.servicePort.sessionAffinity === 'ClientIP') this.#withAffinity.set(key, rt);
       else this.#withAffinity.delete(key);
     }
   }
 
-  /** Notes which of `key`'s listeners' proxy ports changed since they were last noted (none once stopped). */
+  /**
+   * Notes which of `key`'s listeners' proxy ports changed since they were last noted (none once stopped),
+   * and moves them in the loop guard's picture.
+   */
   #notePorts(key: ServicePortKey, rt: ServicePortRuntime | undefined): void {
     const before = this.#portsBefore.get(key) ?? NO_LISTENER_PORTS;
     this.#portsBefore.delete(key);
     const now = rt?.proxyPortsByKey() ?? NO_LISTENER_PORTS;
+    const { protocol } = parseServicePortKey(key);
     const portOf = (ports: readonly ListenerPort[], k: string) => ports.find(([p]) => p === k)?.[1];
-    for (const [k] of before) if (portOf(now, k) === undefined) this.#portChanges.set(k, undefined);
-    for (const [k, port] of now) if (portOf(before, k) !== port) this.#portChanges.set(k, port);
+    const moved = (k: string, from: number | undefined, to: number | undefined) => {
+      this.#portChanges.set(k, to);
+      this.#loopGuard.moveProxyPort(protocol, from, to);
+    };
+    for (const [k, port] of before) if (portOf(now, k) === undefined) moved(k, port, undefined);
+    for (const [k, port] of now) {
+      const was = portOf(before, k);
+      if (was !== port) moved(k, was, port);
+    }
   }
 
   /**

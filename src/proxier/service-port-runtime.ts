@@ -22,7 +22,7 @@ import {
   setFamilyAffinity,
   setFamilyEndpoints,
 } from './family-balancers.ts';
-import type { LoopGuard, Placed } from './loop-guard.ts';
+import type { LoopGuard } from './loop-guard.ts';
 import type { PortBinder } from './port-binder.ts';
 import { type FamilyPortalEndpoints, portalEndpoints } from './portal-endpoints.ts';
 import {
@@ -123,8 +123,8 @@ export class ServicePortRuntime {
   readonly #deps: RuntimeDeps;
   // What the proxier's parts keep of a running service port is kept here, with it, not in maps keyed by
   // service port (a map's entry costs ~46 bytes; a field 8).
-  /** What it added to the loop guard's picture (LoopGuard.place), to be taken out when it stops. */
-  placed: Placed | undefined = undefined;
+  /** The service port as the loop guard's picture has it (LoopGuard.place), taken out when it stops. */
+  placed: ServicePort | undefined = undefined;
   /** Its portal as last handed to the rules (PortalTracker.portalOf); undefined: built anew. */
   portal: PortalSpec | undefined = undefined;
 

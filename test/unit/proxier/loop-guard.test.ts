@@ -10,7 +10,6 @@ import {
   loopReason,
   type OwnListeners,
   type OwnPortsOptions,
-  type Placed,
 } from '../../../src/proxier/loop-guard.ts';
 import type { Endpoint, EndpointKey } from '../../../src/state/endpoint.ts';
 import type { Protocol, ServicePort, ServicePortKey } from '../../../src/state/service-port.ts';
@@ -34,26 +33,36 @@ const dns = portal('kube-system', 'dns', 'dns', {
 const LOCAL = new Set([NODE_IP, '127.0.0.1', '::1', 'fd00:1::10']);
 
 /**
- * A loop guard used as the proxier uses it: what place() returned kept per service port, what each
- * lists, and which of them a change concerns (takeChanges() applied to the lists).
+ * A loop guard used as the proxier uses it: each service port as placed and its listeners' ports kept,
+ * what each lists, and which of them a change concerns (takeChanges() applied to the lists).
  */
 class Picture {
   readonly guard: LoopGuard;
-  readonly #placed = new Map<ServicePortKey, Placed>();
+  readonly #placed = new Map<ServicePortKey, { sp: ServicePort; ports: number[] }>();
   readonly #listed = new Map<ServicePortKey, readonly Endpoint[]>();
 
   constructor(guard: LoopGuard) {
     this.guard = guard;
   }
 
+  /** `sp` runs with listeners on `proxyPorts` (0: none). */
   place(sp: ServicePort, proxyPorts: number[]): void {
-    this.#placed.set(sp.key, this.guard.place(sp, proxyPorts, this.#placed.get(sp.key)));
+    const before = this.#placed.get(sp.key);
+    const ports = proxyPorts.filter((p) => p !== 0);
+    for (const p of before?.ports ?? [])
+      if (!ports.includes(p)) this.guard.moveProxyPort(sp.protocol, p, undefined);
+    for (const p of ports)
+      if (!before?.ports.includes(p)) this.guard.moveProxyPort(sp.protocol, undefined, p);
+    this.guard.place(sp, before?.sp);
+    this.#placed.set(sp.key, { sp, ports });
   }
 
   remove(key: ServicePortKey): void {
     const placed = this.#placed.get(key);
     this.#placed.delete(key);
-    if (placed !== undefined) this.guard.remove(placed);
+    if (placed === undefined) return;
+    for (const p of placed.ports) this.guard.moveProxyPort(placed.sp.protocol, p, undefined);
+    this.guard.remove(placed.sp);
   }
 
   list(key: ServicePortKey, after: readonly Endpoint[] | undefined): void {

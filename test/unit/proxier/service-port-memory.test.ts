@@ -93,7 +93,7 @@ async function heapPerServicePort(ips: (i: number) => readonly string[]): Promis
 // Before one record per service port (the proxier's, the loop guard's and the state's maps by service
 // port folded into the runtime and the state's ports by Service; no index of who lists which endpoint;
 // an endpoint of one list without a count) these were ~2,270 and ~3,430 bytes.
-test('an idle service port, the same five pods behind every Service: under 1,900 bytes in the state and the proxier', async () => {
+test('an idle service port, the same five pods behind every Service: under 1,850 bytes in the state and the proxier', async () => {
   const perPort = await heapPerServicePort(() => [
     '10.244.1.5',
     '10.244.2.5',
@@ -101,12 +101,12 @@ test('an idle service port, the same five pods behind every Service: under 1,900
     '10.244.4.5',
     '10.244.5.5',
   ]);
-  assert.ok(perPort < 1900, `${perPort.toFixed(0)} bytes a service port`);
+  assert.ok(perPort < 1850, `${perPort.toFixed(0)} bytes a service port`);
 });
 
-test('an idle service port, five pods of its own: under 2,850 bytes in the state and the proxier', async () => {
+test('an idle service port, five pods of its own: under 3,000 bytes in the state and the proxier', async () => {
   const perPort = await heapPerServicePort((i) =>
     [1, 2, 3, 4, 5].map((k) => `10.${240 + k}.${i >> 8}.${i & 255}`),
   );
-  assert.ok(perPort < 2850, `${perPort.toFixed(0)} bytes a service port`);
+  assert.ok(perPort < 3000, `${perPort.toFixed(0)} bytes a service port`);
 });
