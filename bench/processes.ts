@@ -18,6 +18,12 @@ export class Daemon {
   warnings = 0;
   /** Inspector ports of its worker processes, by pid, once opened (Rig.collectGarbage). */
   readonly inspectors = new Map<number, number>();
+  /**
+   * The inspector ports its processes announced ("Debugger listening on ws://127.0.0.1:PORT/…"), kept
+   * apart from `lines`: a worker logging its 10,000 opened ports pushed the line out of the last 200
+   * before it was looked for.
+   */
+  readonly #inspectorPorts: number[] = [];
   /** Set once stop() was called: an exit after that is not a crash. */
   stopping = false;
   readonly exited: Promise<number | null>;
@@ -28,6 +34,8 @@ export class Daemon {
     for (const stream of [child.stdout, child.stderr]) {
       if (!stream) continue;
       createInterface({ input: stream }).on('line', (line) => {
+        const inspector = /Debugger listening on ws:\/\/[^:]+:(\d+)\//.exec(line);
+        if (inspector) this.#inspectorPorts.push(Number(inspector[1]));
         if (/"level":\s*([4-9]\d)/.test(line)) {
           this.warnings++;
           if (this.warnings <= 20) this.lines.push(line);
@@ -70,14 +78,9 @@ export class Daemon {
     clearTimeout(timer);
   }
 
-  /** The inspector ports its processes announced ("Debugger listening on ws://127.0.0.1:PORT/…"). */
+  /** The inspector ports its processes announced, in order. */
   inspectorPorts(): number[] {
-    const out: number[] = [];
-    for (const line of this.lines) {
-      const m = /Debugger listening on ws:\/\/[^:]+:(\d+)\//.exec(line);
-      if (m) out.push(Number(m[1]));
-    }
-    return out;
+    return [...this.#inspectorPorts];
   }
 
   tail(n = 20): string {

@@ -2,7 +2,8 @@
 // LoadBalancerRR). One instance per service port, updated in place by the proxier. No I/O, no timers:
 // time comes in as `nowMs`. An idle one holds its endpoint list and nothing else: the affinity table is
 // made by the first ClientIP pick (10,000 idle service ports kept 10,000 empty maps), the outlier
-// detector by the first failed connect (or ejection from another process).
+// detector by the first failed connect (or ejection from another process); its settings are one object
+// shared by the balancers made alike.
 import type { Endpoint, EndpointKey } from '../state/endpoint.ts';
 import type { SessionAffinity } from '../state/service-port.ts';
 import { DEFAULT_STICKY_MAX_AGE_SECONDS } from '../state/service-port.ts';
@@ -15,28 +16,46 @@ type AffinityEntry = { endpoint: Endpoint; lastUsedMs: number };
 /** Up to this many endpoints, a set comparison scans the list instead of building a Set. */
 const SCAN_MAX = 16;
 
-export class RoundRobinBalancer {
-  #endpoints: readonly Endpoint[] = NO_ENDPOINTS;
-  #index = 0;
-  #affinity: SessionAffinity = 'None';
-  #ttlMs = DEFAULT_STICKY_MAX_AGE_SECONDS * 1000;
-  /** ClientIP affinity by client IP; undefined until the first ClientIP pick. */
-  #sticky: Map<string, AffinityEntry> | undefined;
-  readonly #random: () => number;
+/** What balancers made with the same arguments share (every balancer of a proxier). */
+type Settings = {
+  readonly random: () => number;
   /** Passive outlier ejection's settings; undefined = off. */
-  readonly #outlierOptions: OutlierOptions | undefined;
-  /** Its detector: undefined until the first failure (or ejection elsewhere) needs one. */
-  #outlier: OutlierDetector | undefined;
+  readonly outlier: OutlierOptions | undefined;
   /**
    * A client without an affinity entry gets the endpoint rendezvous hashing gives it, not the next in
    * the round: so every worker process (--workers) sends one client to the same endpoint.
    */
-  readonly #affinityByHash: boolean;
+  readonly affinityByHash: boolean;
+};
+
+let lastSettings: Settings | undefined;
+
+/** The settings of these arguments: those of the last balancer made, when it was made alike. */
+function settingsOf(
+  random: () => number,
+  outlier: OutlierOptions | undefined,
+  affinityByHash: boolean,
+): Settings {
+  const last = lastSettings;
+  if (last?.random === random && last.outlier === outlier && last.affinityByHash === affinityByHash)
+    return last;
+  lastSettings = Object.freeze({ random, outlier, affinityByHash });
+  return lastSettings;
+}
+
+export class RoundRobinBalancer {
+  #endpoints: readonly Endpoint[] = NO_ENDPOINTS;
+  #index = 0;
+  /** How long a ClientIP affinity entry lives unused; 0: no affinity (sessionAffinity None). */
+  #ttlMs = 0;
+  /** ClientIP affinity by client IP; undefined until the first ClientIP pick. */
+  #sticky: Map<string, AffinityEntry> | undefined;
+  readonly #settings: Settings;
+  /** The outlier detector: undefined until the first failure (or ejection elsewhere) needs one. */
+  #outlier: OutlierDetector | undefined;
 
   constructor(random: () => number = Math.random, outlier?: OutlierOptions, affinityByHash = false) {
-    this.#random = random;
-    this.#outlierOptions = outlier;
-    this.#affinityByHash = affinityByHash;
+    this.#settings = settingsOf(random, outlier, affinityByHash);
   }
 
   /**
@@ -49,8 +68,8 @@ export class RoundRobinBalancer {
 
   /** The outlier detector, made on first use; undefined when outlier ejection is off. */
   #detector(): OutlierDetector | undefined {
-    if (this.#outlier === undefined && this.#outlierOptions !== undefined)
-      this.#outlier = new OutlierDetector(this.#outlierOptions);
+    const options = this.#settings.outlier;
+    if (this.#outlier === undefined && options !== undefined) this.#outlier = new OutlierDetector(options);
     return this.#outlier;
   }
 
@@ -60,7 +79,7 @@ export class RoundRobinBalancer {
   }
 
   get sessionAffinity(): SessionAffinity {
-    return this.#affinity;
+    return this.#ttlMs > 0 ? 'ClientIP' : 'None';
   }
 
   get stickyEntries(): number {
@@ -72,9 +91,12 @@ export class RoundRobinBalancer {
    * proxier kept the old one). Turning affinity off forgets every entry.
    */
   setAffinity(type: SessionAffinity, ttlSeconds: number): void {
-    this.#affinity = type;
+    if (type !== 'ClientIP') {
+      this.#ttlMs = 0;
+      this.#sticky = undefined;
+      return;
+    }
     this.#ttlMs = (ttlSeconds > 0 ? ttlSeconds : DEFAULT_STICKY_MAX_AGE_SECONDS) * 1000;
-    if (type !== 'ClientIP') this.#sticky = undefined;
   }
 
   /**
@@ -96,7 +118,7 @@ export class RoundRobinBalancer {
     }
     const shuffled = endpoints.slice();
     for (let i = shuffled.length - 1; i > 0; i--) {
-      const j = Math.floor(this.#random() * (i + 1));
+      const j = Math.floor(this.#settings.random() * (i + 1));
       const t = shuffled[i]!;
       shuffled[i] = shuffled[j]!;
       shuffled[j] = t;
@@ -124,7 +146,7 @@ export class RoundRobinBalancer {
   pick(clientIP: string, nowMs: number, resetAffinity = false): Endpoint | undefined {
     const list = this.#endpoints;
     if (list.length === 0) return undefined;
-    const sticky = this.#affinity === 'ClientIP';
+    const sticky = this.#ttlMs > 0;
     const outlier = this.#outlier !== undefined && this.#outlier.ejectedCount > 0 ? this.#outlier : undefined;
     if (sticky && !resetAffinity) {
       const entry = this.#sticky?.get(clientIP);
@@ -139,7 +161,7 @@ export class RoundRobinBalancer {
     }
     // A reset (a failed connect) takes the round robin: the hashed endpoint is the one that failed.
     let endpoint =
-      sticky && this.#affinityByHash && !resetAffinity
+      sticky && this.#settings.affinityByHash && !resetAffinity
         ? rendezvousPick(
             clientIP,
             list,

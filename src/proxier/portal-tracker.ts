@@ -1,6 +1,7 @@
 // Portal bookkeeping: which service ports' portals may differ from what the rules hold, the PortalSpec
-// of each (the same object while nothing it depends on changed), and the call that programs them: the
-// whole picture, or a delta of the changed ones. Opens nothing; the portal programmer writes the rules.
+// of each (the same object while nothing it depends on changed, kept by its runtime), and the call that
+// programs them: the whole picture, or a delta of the changed ones. Opens nothing; the portal programmer
+// writes the rules.
 import type { ServicePortEndpoints } from '../state/endpoint.ts';
 import type { ServicePort, ServicePortKey } from '../state/service-port.ts';
 import { portalEndpoints } from './portal-endpoints.ts';
@@ -12,11 +13,6 @@ export class PortalTracker {
   readonly #claimNodePorts: boolean;
   /** Service ports whose portal may differ from what was last programmed (the next delta's keys). */
   readonly #changes = new Set<ServicePortKey>();
-  /**
-   * The last PortalSpec handed out per service port, reused while nothing it depends on changed: the
-   * same object lets the rules' delta skip an unchanged service port with one identity check.
-   */
-  readonly #cache = new Map<ServicePortKey, PortalSpec>();
 
   /** `claimNodePorts`: a NodePort gets rules only while it is held (see NodePortClaims). */
   constructor(programmer: PortalProgrammer, claimNodePorts: boolean) {
@@ -39,21 +35,23 @@ export class PortalTracker {
     this.#changes.add(key);
   }
 
-  /** `key`'s service port or endpoint flags changed (or it stopped): its portal is built anew. */
-  invalidate(key: ServicePortKey): void {
-    this.#cache.delete(key);
-    this.#changes.add(key);
+  /** `rt`'s service port or endpoint flags changed (or it stopped): its portal is built anew. */
+  invalidate(rt: ServicePortRuntime): void {
+    rt.portal = undefined;
+    this.#changes.add(rt.servicePort.key);
   }
 
   /**
-   * One running service port's portal; `heldNodePort` is the NodePort held for it, if any. Kept for the
-   * next call only when rules are written (not in a worker process, nor with --no-iptables).
+   * One running service port's portal; `heldNodePort` is the NodePort held for it, if any. Kept in
+   * `rt.portal` for the next call only when rules are written (not in a worker process, nor with
+   * --no-iptables): the same object lets the rules' delta skip an unchanged service port with one
+   * identity check.
    */
   portalOf(rt: ServicePortRuntime, heldNodePort: number | undefined): PortalSpec {
     const sp = rt.servicePort;
     // A NodePort someone else holds gets no rules: we must not hijack their traffic.
     const unclaimed = this.#claimNodePorts && sp.nodePort !== 0 && heldNodePort !== sp.nodePort;
-    const cached = this.#cache.get(sp.key);
+    const cached = rt.portal;
     const localProxyPort = rt.localProxyPort;
     // invalidate() drops the cache; what is left to compare is the NodePort claim and the listeners.
     if (
@@ -71,7 +69,7 @@ export class PortalTracker {
       endpoints: rt.endpoints,
       portalPorts: rt.portalPorts,
     };
-    if (this.enabled) this.#cache.set(sp.key, portal);
+    if (this.enabled) rt.portal = portal;
     return portal;
   }
 

@@ -23,11 +23,16 @@ import type { UdpRelayOptions } from '../relay/udp.ts';
 import { UdpSessionBudget } from '../relay/udp.ts';
 import type { ServicePortEndpoints } from '../state/endpoint.ts';
 import type { TimeSlices } from '../state/proxy-state.ts';
-import { type ServicePort, type ServicePortKey, samePortals } from '../state/service-port.ts';
+import {
+  parseServicePortKey,
+  type ServicePort,
+  type ServicePortKey,
+  samePortals,
+} from '../state/service-port.ts';
 import type { Snapshot } from '../state/snapshot.ts';
 import { isDualStack } from './family-balancers.ts';
 import { readLocalAddresses } from './local-addresses.ts';
-import { LoopGuard, type OwnPortsOptions } from './loop-guard.ts';
+import { type Concerns, LoopGuard, type OwnPortsOptions } from './loop-guard.ts';
 import { NodePortClaims, nodePortHostsFor } from './node-port-claims.ts';
 import type { PortAllocator } from './port-allocator.ts';
 import { PortBinder } from './port-binder.ts';
@@ -35,7 +40,7 @@ import { noPortals, type PortalProgrammer, type PortalSpec } from './portal-prog
 import { PortalTracker } from './portal-tracker.ts';
 import { type ListenerFactory, relayListeners } from './service-port-listener.ts';
 import {
-  localProxyPortKey,
+  type ListenerPort,
   needsLocalListener,
   type RuntimeDeps,
   ServicePortRuntime,
@@ -47,6 +52,8 @@ export type { ServicePortStatus } from './service-port-runtime.ts';
 
 /** From this many new service ports in one sync, their rules are written while they bind. */
 export const OVERLAP_MIN_SERVICE_PORTS = 64;
+
+const NO_LISTENER_PORTS: readonly ListenerPort[] = Object.freeze([]);
 
 /** A snapshot's change sets once told (Proxier.releaseChanges). */
 const NO_CHANGES: Pick<Snapshot, 'changedServicePorts' | 'changedEndpoints' | 'triggerTimes'> = Object.freeze(
@@ -168,10 +175,16 @@ export class Proxier {
   #needFullSync = true;
   #closed = false;
   #syncing = false;
-  /** Every listener's proxy port, as proxyPorts() gives them; kept up to date per touched service port. */
-  readonly #ports = new Map<string, number>();
-  /** The listener keys of external destinations, of the service ports that have any. */
-  readonly #portalPortKeys = new Map<ServicePortKey, readonly string[]>();
+  /**
+   * The listeners' proxy ports of each touched service port as they were before a sync first touched it
+   * (what was last noted), until #noteTouched compares them with what runs: kept only meanwhile.
+   */
+  readonly #portsBefore = new Map<ServicePortKey, readonly ListenerPort[]>();
+  /**
+   * The service ports stopped since the sync last noted what changed, as the loop guard's picture has
+   * them: taken out (or replaced by a successor) only then, as if they had run until then.
+   */
+  readonly #placedBeforeStop = new Map<ServicePortKey, ServicePort>();
   /** Proxy ports that changed since onProxyPortsChanged was last called (undefined: gone). */
   readonly #portChanges = new Map<string, number | undefined>();
   #statsOverlay: StatsOverlay | undefined;
@@ -264,7 +277,10 @@ export class Proxier {
 
   /** Every running service port's proxy port, keyed `ns/name:port/PROTO` (the preferredPorts format). */
   proxyPorts(): Map<string, number> {
-    return new Map(this.#ports);
+    const out = new Map<string, number>();
+    for (const rt of this.#services.values())
+      for (const [key, port] of rt.proxyPortsByKey()) out.set(key, port);
+    return out;
   }
 
   /** How many service ports run. */
@@ -403,6 +419,9 @@ export class Proxier {
     // Before any listener opens, so that the endpoints it is given are filtered with them: only those
     // running already were filtered with other addresses (none at the first sync).
     if (this.#refreshLocalAddresses() && this.#services.size > 0) this.#refilterAll = true;
+    // Every service port whose listeners or settings this sync may change: nothing else is looked at.
+    for (const key of snapshot.changedServicePorts) this.#touch(key);
+    for (const key of this.#failed.keys()) this.#touch(key);
 
     // Removed service ports: close their listeners (established TCP connections keep running).
     for (const key of snapshot.changedServicePorts) {
@@ -420,9 +439,6 @@ export class Proxier {
     const toEnsure = new Set<ServicePortKey>();
     for (const key of snapshot.changedServicePorts) if (snapshot.servicePorts.has(key)) toEnsure.add(key);
     for (const key of this.#failed.keys()) toEnsure.add(key);
-    // Every service port whose listeners or settings this sync may change: nothing else is looked at.
-    for (const key of snapshot.changedServicePorts) this.#touched.add(key);
-    for (const key of toEnsure) this.#touched.add(key);
     const toStart: ServicePort[] = [];
     for (const key of toEnsure) {
       const servicePort = snapshot.servicePorts.get(key);
@@ -565,47 +581,57 @@ export class Proxier {
   }
 
   /**
-   * Tells the loop guard what each touched service port now adds to the picture (its ports, NodePort
-   * and portals; nothing once stopped), and keeps the set of those with ClientIP affinity.
+   * `key`'s listeners or settings may change in this sync: it is looked at when the sync notes what
+   * changed. Its listeners' ports now are those last noted (kept until then).
+   */
+  #touch(key: ServicePortKey): void {
+    this.#touched.add(key);
+    if (!this.#portsBefore.has(key))
+      this.#portsBefore.set(key, this.#services.get(key)?.proxyPortsByKey() ?? NO_LISTENER_PORTS);
+  }
+
+  /**
+   * Notes the proxy ports that moved, tells the loop guard what each touched service port now adds to
+   * the picture (its listeners' ports, NodePort and portals; nothing once stopped), and keeps the set of
+   * those with ClientIP affinity.
    */
   #noteTouched(): void {
     for (const key of this.#touched) {
       const rt = this.#services.get(key);
       this.#notePorts(key, rt);
+      const placed = rt?.placed ?? this.#placedBeforeStop.get(key);
+      this.#placedBeforeStop.delete(key);
       if (rt === undefined) {
-        this.#loopGuard.remove(key);
+        if (placed !== undefined) this.#loopGuard.remove(placed);
         this.#withAffinity.delete(key);
         continue;
       }
-      const ports = [rt.proxyPort, rt.localProxyPort, ...rt.portalProxyPorts().map(([, port]) => port)];
-      this.#loopGuard.place(rt.servicePort, ports);
+      this.#loopGuard.place(rt.servicePort, placed);
+      rt.placed = rt.servicePort;
       if (rt.servicePort.sessionAffinity === 'ClientIP') this.#withAffinity.set(key, rt);
       else this.#withAffinity.delete(key);
     }
   }
 
-  /** Brings `key`'s listeners' proxy ports up to date (none once stopped), noting what changed. */
+  /**
+   * Notes which of `key`'s listeners' proxy ports changed since they were last noted (none once stopped),
+   * and moves them in the loop guard's picture.
+   */
   #notePorts(key: ServicePortKey, rt: ServicePortRuntime | undefined): void {
-    const now = new Map<string, number>();
-    const portal = rt?.portalProxyPorts() ?? [];
-    if (rt !== undefined) {
-      now.set(key, rt.proxyPort);
-      if (rt.hasLocal) now.set(localProxyPortKey(key), rt.localProxyPort);
-      for (const [k, port] of portal) now.set(k, port);
-    }
-    for (const k of [key, localProxyPortKey(key), ...(this.#portalPortKeys.get(key) ?? [])])
-      if (!now.has(k) && this.#ports.delete(k)) this.#portChanges.set(k, undefined);
+    const before = this.#portsBefore.get(key) ?? NO_LISTENER_PORTS;
+    this.#portsBefore.delete(key);
+    const now = rt?.proxyPortsByKey() ?? NO_LISTENER_PORTS;
+    const { protocol } = parseServicePortKey(key);
+    const portOf = (ports: readonly ListenerPort[], k: string) => ports.find(([p]) => p === k)?.[1];
+    const moved = (k: string, from: number | undefined, to: number | undefined) => {
+      this.#portChanges.set(k, to);
+      this.#loopGuard.moveProxyPort(protocol, from, to);
+    };
+    for (const [k, port] of before) if (portOf(now, k) === undefined) moved(k, port, undefined);
     for (const [k, port] of now) {
-      if (this.#ports.get(k) === port) continue;
-      this.#ports.set(k, port);
-      this.#portChanges.set(k, port);
+      const was = portOf(before, k);
+      if (was !== port) moved(k, was, port);
     }
-    if (portal.length > 0)
-      this.#portalPortKeys.set(
-        key,
-        portal.map(([k]) => k),
-      );
-    else this.#portalPortKeys.delete(key);
   }
 
   /**
@@ -614,9 +640,9 @@ export class Proxier {
    * addresses changed.
    */
   async #refilterLoops(yielder: Yielder): Promise<void> {
-    const affected = this.#loopGuard.takeAffected();
+    const concerns = this.#loopGuard.takeChanges();
     // No service port starts or stops meanwhile: only this sync does that.
-    const keys = this.#refilterAll ? [...this.#services.keys()] : affected;
+    const keys = this.#refilterAll ? [...this.#services.keys()] : this.#listing(concerns);
     for (const key of keys) {
       const rt = this.#services.get(key);
       if (rt?.refilter()) this.#claims.endpointsChanged(key);
@@ -624,6 +650,14 @@ export class Proxier {
       if (this.#closed) return;
     }
     this.#refilterAll = false;
+  }
+
+  /** The running service ports that list an endpoint `concerns` holds true of (none without a test). */
+  #listing(concerns: Concerns | undefined): ServicePortKey[] {
+    const out: ServicePortKey[] = [];
+    if (concerns === undefined) return out;
+    for (const [key, rt] of this.#services) if (rt.listedEndpoints?.some(concerns)) out.push(key);
+    return out;
   }
 
   /**
@@ -661,10 +695,10 @@ export class Proxier {
   #applyEndpointsTo(rt: ServicePortRuntime, eps: ServicePortEndpoints | undefined): void {
     const before = rt.listedEndpoints;
     const flipped = rt.setEndpoints(eps);
-    this.#loopGuard.watch(rt.servicePort.key, before, rt.listedEndpoints);
+    this.#loopGuard.watch(before, rt.listedEndpoints);
     // NodePort claims share a context with one of the listeners: their UDP sessions follow it.
     this.#claims.endpointsChanged(rt.servicePort.key);
-    if (flipped) this.#portals.invalidate(rt.servicePort.key);
+    if (flipped) this.#portals.invalidate(rt);
   }
 
   #programPortals(full: boolean, initial: boolean): Promise<void> {
@@ -701,9 +735,9 @@ export class Proxier {
       rt.releasePorts();
       return false;
     }
-    this.#portals.invalidate(servicePort.key);
+    this.#portals.invalidate(rt);
     this.#services.set(servicePort.key, rt);
-    this.#loopGuard.watch(servicePort.key, undefined, rt.listedEndpoints);
+    this.#loopGuard.watch(undefined, rt.listedEndpoints);
     if (this.#failed.delete(servicePort.key))
       this.#log.info({ service: servicePort.key, proxyPort: rt.proxyPort }, 'Service port recovered');
     this.#log.info(rt.logFields(), 'Opened service port');
@@ -734,7 +768,7 @@ export class Proxier {
     const sp = rt.servicePort;
     // NodePort claims serve with the external context, which changes with the local listener.
     await this.#claims.release(sp.key);
-    this.#portals.invalidate(sp.key);
+    this.#portals.invalidate(rt);
     if (rt.hasLocal) {
       await rt.closeLocal();
       return;
@@ -766,7 +800,7 @@ export class Proxier {
       this.#recordFailure(sp, err);
       return;
     }
-    this.#portals.invalidate(sp.key);
+    this.#portals.invalidate(rt);
     if (this.#closed) return;
     this.#log.info(
       { service: sp.key, portalProxyPorts: Object.fromEntries(rt.portalProxyPorts()) },
@@ -783,9 +817,9 @@ export class Proxier {
     const key = servicePort.key;
     const listed = rt.listedEndpoints;
     rt.update(servicePort, endpoints);
-    this.#loopGuard.watch(key, listed, rt.listedEndpoints);
+    this.#loopGuard.watch(listed, rt.listedEndpoints);
     this.#claims.endpointsChanged(key);
-    this.#portals.invalidate(key);
+    this.#portals.invalidate(rt);
     // A claim serves with the external context, which follows externalTrafficPolicy: re-claimed later.
     if (
       (before.nodePort !== servicePort.nodePort ||
@@ -799,8 +833,9 @@ export class Proxier {
   async #stop(rt: ServicePortRuntime): Promise<void> {
     const key = rt.servicePort.key;
     this.#services.delete(key);
-    this.#loopGuard.watch(key, rt.listedEndpoints, undefined);
-    this.#portals.invalidate(key);
+    this.#loopGuard.watch(rt.listedEndpoints, undefined);
+    if (rt.placed !== undefined) this.#placedBeforeStop.set(key, rt.placed);
+    this.#portals.invalidate(rt);
     await rt.close();
     await this.#claims.release(key);
     this.#log.info({ service: key, proxyPort: rt.proxyPort }, 'Closed service port');
@@ -812,7 +847,6 @@ export class Proxier {
     this.#sweeper.delete(this.fdPressure);
     const all = [...this.#services.values()];
     this.#services.clear();
-    this.#ports.clear();
     for (const rt of all) this.#draining.add(rt);
     await Promise.all([this.#claims.close(), ...all.map((rt) => rt.close())]);
   }
@@ -834,7 +868,6 @@ export class Proxier {
       rt.releasePorts();
     }
     this.#services.clear();
-    this.#ports.clear();
     for (const rt of this.#draining) rt.destroy();
     this.#claims.destroy();
     this.#draining.clear();

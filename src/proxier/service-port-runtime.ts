@@ -32,11 +32,14 @@ import {
   proxyProtocolOf,
   proxyProtocolSettings,
 } from './portal-listeners.ts';
-import type { PortalPorts } from './portal-programmer.ts';
+import type { PortalPorts, PortalSpec } from './portal-programmer.ts';
 import type { ServicePortListener } from './service-port-listener.ts';
 
 /** The contexts the proxier builds: of its own balancers, whose endpoints and affinity it sets. */
 type RelayContext = ServicePortContext<RoundRobinBalancer>;
+
+/** One listener's key as the state file keeps it (see proxyPortsByKey), and its proxy port. */
+export type ListenerPort = readonly [key: string, port: number];
 
 /** The state-file key of a service port's local-list listener: its own key plus `/local`. */
 export function localProxyPortKey(key: string): string {
@@ -118,6 +121,12 @@ export class ServicePortRuntime {
   /** The last endpoints handed over, to filter again when our listeners change. */
   #eps: ServicePortEndpoints | undefined;
   readonly #deps: RuntimeDeps;
+  // What the proxier's parts keep of a running service port is kept here, with it, not in maps keyed by
+  // service port (a map's entry costs ~46 bytes; a field 8).
+  /** The service port as the loop guard's picture has it (LoopGuard.place), taken out when it stops. */
+  placed: ServicePort | undefined = undefined;
+  /** Its portal as last handed to the rules (PortalTracker.portalOf); undefined: built anew. */
+  portal: PortalSpec | undefined = undefined;
 
   private constructor(
     servicePort: ServicePort,
@@ -214,6 +223,15 @@ export class ServicePortRuntime {
   /** Every endpoint of the last lists handed over, before filtering (what the loop guard indexes). */
   get listedEndpoints(): readonly Endpoint[] | undefined {
     return this.#eps?.all;
+  }
+
+  /** Every listener's proxy port, keyed as the state file keeps them: its own key, `/local`, the portals'. */
+  proxyPortsByKey(): ListenerPort[] {
+    const key = this.servicePort.key;
+    const out: ListenerPort[] = [[key, this.proxyPort]];
+    if (this.#local !== undefined) out.push([localProxyPortKey(key), this.#local.proxyPort]);
+    for (const [k, pl] of this.#portalListeners) out.push([k, pl.proxyPort]);
+    return out;
   }
 
   /** Every proxy port of the listeners of external destinations, keyed as the state file keeps them. */

@@ -69,7 +69,11 @@ export class EndpointSliceCache {
   readonly #nodeName: string;
   /** The slices of each Service, by name (merge order). */
   readonly #services = new Map<ServiceKey, OneOrMore<SliceInfo>>();
-  // `namespace/sliceName` → the Service it is stored under (the label could change between updates).
+  /**
+   * `namespace/sliceName` → the Service it is stored under (the label could change between updates),
+   * of the slices not named after it: a slice named `<service>-<suffix>`, as the EndpointSlice controller
+   * names them, is found by its name (#ownerOf), without an entry here (~80 bytes a slice).
+   */
   readonly #owners = new Map<string, ServiceKey>();
   // An endpoint alike in several slices is one object: the same pods behind many Services cost once.
   readonly #pool = new EndpointPool();
@@ -85,11 +89,11 @@ export class EndpointSliceCache {
   update(slice: EndpointSlice): ServiceKey[] {
     const service = sliceServiceKey(slice);
     if (service === undefined) return this.delete(slice);
+    const namespace = slice.metadata!.namespace!;
     const sliceName = slice.metadata!.name!;
-    const id = flat(slice.metadata!.namespace!, '/', sliceName);
     const info = parseSlice(sliceName, slice, this.#nodeName, this.#pool);
     const changed: ServiceKey[] = [];
-    const owner = this.#owners.get(id);
+    const owner = this.#ownerOf(namespace, sliceName);
     if (owner !== undefined && owner !== service) changed.push(...this.delete(slice));
     const entry = this.#services.get(service);
     const slices = entry === undefined ? NO_SLICES : itemsOf(entry);
@@ -106,24 +110,42 @@ export class EndpointSliceCache {
     } else {
       // A new list of its length (an insert into [] leaves room for 17); one slice is stored alone.
       this.#services.set(service, keptAs([...slices.slice(0, at), info, ...slices.slice(at)]));
+      if (!namedAfter(sliceName, slice.metadata!.labels![LABEL_SERVICE_NAME]!))
+        this.#owners.set(flat(namespace, '/', sliceName), service);
     }
-    this.#owners.set(id, service);
     changed.push(service);
     return changed;
   }
 
   /** Removes the slice with this namespace and name. Returns the Service it belonged to, if it was stored. */
   delete(slice: EndpointSlice): ServiceKey[] {
-    const id = `${slice.metadata?.namespace}/${slice.metadata?.name}`;
-    const owner = this.#owners.get(id);
+    const namespace = slice.metadata?.namespace;
+    const name = slice.metadata?.name;
+    const owner = namespace && name ? this.#ownerOf(namespace, name) : undefined;
     if (owner === undefined) return [];
-    this.#owners.delete(id);
+    this.#owners.delete(`${namespace}/${name}`);
     const slices = itemsOf(this.#services.get(owner)!);
-    const at = indexOf(slices, slice.metadata!.name!);
+    const at = indexOf(slices, name!);
     this.#release(slices[at]!);
     if (slices.length === 1) this.#services.delete(owner);
     else this.#services.set(owner, keptAs([...slices.slice(0, at), ...slices.slice(at + 1)]));
     return [owner];
+  }
+
+  /**
+   * The Service the slice `namespace/name` is stored under, if it is: the one #owners names, else the
+   * one of a name the slice's starts with, up to a dash, that holds a slice of that name (one at most:
+   * slice names are unique in a namespace, and a slice is stored under one Service).
+   */
+  #ownerOf(namespace: string, name: string): ServiceKey | undefined {
+    const listed = this.#owners.get(`${namespace}/${name}`);
+    if (listed !== undefined) return listed;
+    for (let dash = name.lastIndexOf('-'); dash > 0; dash = name.lastIndexOf('-', dash - 1)) {
+      const service = serviceKey(namespace, name.slice(0, dash));
+      const slices = this.#services.get(service);
+      if (slices !== undefined && itemsOf(slices).some((s) => s.name === name)) return service;
+    }
+    return undefined;
   }
 
   /** Lets the pool know the slice's lists are dropped. */
@@ -163,6 +185,15 @@ export class EndpointSliceCache {
     }
     return out;
   }
+}
+
+/** True when `sliceName` is `<serviceName>-<suffix>`, as the EndpointSlice controller names slices. */
+function namedAfter(sliceName: string, serviceName: string): boolean {
+  return (
+    sliceName.length > serviceName.length + 1 &&
+    sliceName.startsWith(serviceName) &&
+    sliceName[serviceName.length] === '-'
+  );
 }
 
 /** Where the slice named `name` is in `slices` (sorted by name), or where it would go. */

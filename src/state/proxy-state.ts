@@ -5,7 +5,6 @@
 
 import { ANNOTATION_LAST_CHANGE_TRIGGER_TIME, LABEL_TOPOLOGY_ZONE } from '../lib/kubernetes-labels.ts';
 import { type Note, NotesOnce } from '../lib/notes-once.ts';
-import { itemsOf, keptAs, type OneOrMore } from '../lib/one-or-more.ts';
 import type { ProxyHandlers } from '../source/handlers.ts';
 import type { EndpointSlice, Node, ObjectMeta, Service } from '../source/objects.ts';
 import { categorizeEndpoints, sameServicePortEndpoints } from './categorize-endpoints.ts';
@@ -18,6 +17,7 @@ import {
   servicePortsFromService,
   type Warn,
 } from './service-port-builder.ts';
+import { ServicePortMap } from './service-port-map.ts';
 import type { Snapshot } from './snapshot.ts';
 
 export type ProxyStateOptions = {
@@ -37,8 +37,6 @@ export interface TimeSlices {
 }
 
 /** One checkout in progress: what it changed so far, and the Services whose endpoints it recomputes. */
-const NO_PORTS: readonly ServicePort[] = Object.freeze([]);
-
 type CheckoutWork = {
   readonly changedServicePorts: Set<ServicePortKey>;
   readonly changedEndpoints: Set<ServicePortKey>;
@@ -55,16 +53,14 @@ export class ProxyState implements ProxyHandlers {
   readonly #onChange: () => void;
   readonly #startTimeMs: number;
 
-  // The ports of every Service as of the last checkout. Its objects are not kept: a resync that delivers
-  // the same object again makes the same ports, which cancel out as any change back does.
-  /** The ports of each applied Service (most have one: kept alone, not in a list of one). */
-  readonly #appliedPorts = new Map<ServiceKey, OneOrMore<ServicePort>>();
+  // The ports of every Service as of the last checkout, what the next snapshot holds (updated in place at
+  // checkout). Its objects are not kept: a resync that delivers the same object again makes the same
+  // ports, which cancel out as any change back does.
+  readonly #servicePorts = new ServicePortMap();
   readonly #pendingServices = new Map<ServiceKey, ServiceChange>();
   readonly #slices: EndpointSliceCache;
   readonly #dirtyEndpoints = new Set<ServiceKey>();
   readonly #triggerTimes = new Map<ServiceKey, number[]>();
-  // What the next snapshot holds, updated in place at checkout; snapshots get copies.
-  readonly #servicePorts = new Map<ServicePortKey, ServicePort>();
   /** Every applied service port's endpoints (ports gone from a Service lose theirs when it is applied). */
   readonly #endpoints = new Map<ServicePortKey, ServicePortEndpoints>();
 
@@ -200,28 +196,27 @@ export class ProxyState implements ProxyHandlers {
     const work: CheckoutWork = {
       changedServicePorts: new Set(),
       changedEndpoints: new Set(),
-      recompute: new Set(this.#zoneChanged ? this.#appliedPorts.keys() : []),
+      recompute: new Set(this.#zoneChanged ? this.#servicePorts.services() : []),
       triggerTimes: [...this.#triggerTimes.values()].flat(),
     };
     for (const service of this.#dirtyEndpoints) work.recompute.add(service);
 
     for (const [service, change] of this.#pendingServices) {
       const before = new Map(change.previous.map((p) => [p.key, p]));
-      for (const port of change.current) {
+      // A port that did not change stays the object it was (the snapshots' readers compare them).
+      const ports = change.current.map((port) => {
         const old = before.get(port.key);
         before.delete(port.key);
-        if (old !== undefined && sameServicePort(old, port)) continue;
-        this.#servicePorts.set(port.key, port);
+        if (old !== undefined && sameServicePort(old, port)) return old;
         work.changedServicePorts.add(port.key);
-      }
+        return port;
+      });
       for (const key of before.keys()) {
-        this.#servicePorts.delete(key);
         work.changedServicePorts.add(key);
         if ((this.#endpoints.get(key)?.all.length ?? 0) > 0) work.changedEndpoints.add(key);
         this.#endpoints.delete(key);
       }
-      if (change.current.length > 0) this.#appliedPorts.set(service, keptAs(change.current));
-      else this.#appliedPorts.delete(service);
+      this.#servicePorts.setPorts(service, ports);
       work.recompute.add(service);
     }
 
@@ -235,7 +230,7 @@ export class ProxyState implements ProxyHandlers {
 
   // The endpoints of one Service's ports, from the slices as they are now.
   #recompute(service: ServiceKey, work: CheckoutWork): void {
-    const ports = this.#applied(service);
+    const ports = this.#servicePorts.portsOf(service);
     const merged = ports.length > 0 ? this.#slices.endpoints(service) : undefined;
     for (const port of ports) {
       const next = categorizeEndpoints(merged?.get(port.key) ?? [], port, {
@@ -271,12 +266,6 @@ export class ProxyState implements ProxyHandlers {
     if (this.#setServicePorts(key, ports)) this.#onChange();
   }
 
-  /** The applied ports of `service` ([] when none). */
-  #applied(service: ServiceKey): readonly ServicePort[] {
-    const ports = this.#appliedPorts.get(service);
-    return ports === undefined ? NO_PORTS : itemsOf(ports);
-  }
-
   #deleteService(key: ServiceKey): void {
     this.#notes.forget(key);
     if (this.#setServicePorts(key, [])) this.#onChange();
@@ -286,7 +275,7 @@ export class ProxyState implements ProxyHandlers {
   // when the latest ports equal them again. True when a change is pending for this Service.
   #setServicePorts(key: ServiceKey, ports: readonly ServicePort[]): boolean {
     const pending = this.#pendingServices.get(key);
-    const previous = pending?.previous ?? this.#applied(key);
+    const previous = pending?.previous ?? this.#servicePorts.portsOf(key);
     if (sameServicePorts(previous, ports)) {
       this.#pendingServices.delete(key);
       return false;

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { DEFAULT_OUTLIER_OPTIONS } from '../../../src/loadbalancer/outlier.ts';
 import { RoundRobinBalancer } from '../../../src/loadbalancer/round-robin.ts';
 import { ep } from '../../helpers/endpoints.ts';
-import { liveObjects } from '../../helpers/heap.ts';
+import { liveObjects, usedHeap } from '../../helpers/heap.ts';
 
 const A = ep('10.0.0.1', 80);
 const B = ep('10.0.0.2', 80);
@@ -152,4 +152,21 @@ test('an idle balancer holds no collection: the first ClientIP pick makes the af
   for (const lb of lbs) lb.setAffinity('None', 0);
   assert.equal(liveObjects(Map) - maps, N, 'affinity off: the table is let go');
   assert.equal(lbs[0]!.stickyEntries, 0);
+});
+
+test('balancers made alike share their settings: an idle one is under 90 bytes (104 with them as fields of its own)', async () => {
+  const lbs: RoundRobinBalancer[] = [];
+  const before = await usedHeap();
+  for (let i = 0; i < 20_000; i++) {
+    const lb = new RoundRobinBalancer(Math.random, DEFAULT_OUTLIER_OPTIONS);
+    lb.setAffinity('None', 10800);
+    lbs.push(lb);
+  }
+  // The array holding them: 8 bytes a balancer.
+  const perBalancer = ((await usedHeap()) - before) / lbs.length - 8;
+  assert.ok(perBalancer < 90, `${perBalancer.toFixed(1)} bytes a balancer`);
+  const sticky = new RoundRobinBalancer(Math.random, DEFAULT_OUTLIER_OPTIONS);
+  sticky.setAffinity('ClientIP', 60);
+  assert.equal(sticky.sessionAffinity, 'ClientIP');
+  assert.equal(lbs[0]!.sessionAffinity, 'None');
 });

@@ -11,8 +11,8 @@ import {
   type OwnListeners,
   type OwnPortsOptions,
 } from '../../../src/proxier/loop-guard.ts';
-import type { EndpointKey } from '../../../src/state/endpoint.ts';
-import type { Protocol, ServicePort } from '../../../src/state/service-port.ts';
+import type { Endpoint, EndpointKey } from '../../../src/state/endpoint.ts';
+import type { Protocol, ServicePort, ServicePortKey } from '../../../src/state/service-port.ts';
 import { ep } from '../../helpers/endpoints.ts';
 import { portal } from '../../helpers/portals.ts';
 
@@ -32,15 +32,63 @@ const dns = portal('kube-system', 'dns', 'dns', {
 
 const LOCAL = new Set([NODE_IP, '127.0.0.1', '::1', 'fd00:1::10']);
 
+/**
+ * A loop guard used as the proxier uses it: each service port as placed and its listeners' ports kept,
+ * what each lists, and which of them a change concerns (takeChanges() applied to the lists).
+ */
+class Picture {
+  readonly guard: LoopGuard;
+  readonly #placed = new Map<ServicePortKey, { sp: ServicePort; ports: number[] }>();
+  readonly #listed = new Map<ServicePortKey, readonly Endpoint[]>();
+
+  constructor(guard: LoopGuard) {
+    this.guard = guard;
+  }
+
+  /** `sp` runs with listeners on `proxyPorts` (0: none). */
+  place(sp: ServicePort, proxyPorts: number[]): void {
+    const before = this.#placed.get(sp.key);
+    const ports = proxyPorts.filter((p) => p !== 0);
+    for (const p of before?.ports ?? [])
+      if (!ports.includes(p)) this.guard.moveProxyPort(sp.protocol, p, undefined);
+    for (const p of ports)
+      if (!before?.ports.includes(p)) this.guard.moveProxyPort(sp.protocol, undefined, p);
+    this.guard.place(sp, before?.sp);
+    this.#placed.set(sp.key, { sp, ports });
+  }
+
+  remove(key: ServicePortKey): void {
+    const placed = this.#placed.get(key);
+    this.#placed.delete(key);
+    if (placed === undefined) return;
+    for (const p of placed.ports) this.guard.moveProxyPort(placed.sp.protocol, p, undefined);
+    this.guard.remove(placed.sp);
+  }
+
+  list(key: ServicePortKey, after: readonly Endpoint[] | undefined): void {
+    this.guard.watch(this.#listed.get(key), after);
+    if (after === undefined) this.#listed.delete(key);
+    else this.#listed.set(key, after);
+  }
+
+  /** The service ports that list an endpoint the changes since the last call concern. */
+  affected(): ServicePortKey[] {
+    const concerns = this.guard.takeChanges();
+    if (concerns === undefined) return [];
+    return [...this.#listed].filter(([, list]) => list.some(concerns)).map(([key]) => key);
+  }
+}
+
 /** A guard with the picture of `servicePorts`, placed as the proxier places them. */
 function guardOf(
   servicePorts: { servicePort: ServicePort; proxyPorts: number[] }[],
   options: OwnPortsOptions & { bindHost: string; localAddresses: ReadonlySet<string> },
   guard = new LoopGuard(silentLogger(), options),
-): LoopGuard {
+): Picture {
   guard.setHost(options.bindHost, options.localAddresses);
-  for (const { servicePort, proxyPorts } of servicePorts) guard.place(servicePort, proxyPorts);
-  return guard;
+  const picture = new Picture(guard);
+  for (const { servicePort, proxyPorts } of servicePorts) picture.place(servicePort, proxyPorts);
+  return picture;
 }
 
 type Own = { bindHost?: string; nodePorts?: boolean; portals?: boolean };
@@ -59,7 +107,7 @@ function guard(o: Own = {}, log = silentLogger()): LoopGuard {
     ],
     options,
     new LoopGuard(log, options),
-  );
+  ).guard;
 }
 
 function own(o: Own = {}): OwnListeners {
@@ -148,14 +196,10 @@ test('LoopGuard: the picture is counted per service port; only who lists a port 
   const other = portal('default', 'other', 'http', { clusterIPs: ['10.96.0.12'], port: 80 }).servicePort;
   const dup = portal('default', 'dup', 'http', { clusterIPs: ['10.96.0.10'], port: 80 }).servicePort;
   // api lists our proxy port 40005 on loopback and web's ClusterIP; other lists pods only.
-  g.watch(api.key, undefined, [ep('127.0.0.1', 40005), ep('10.96.0.10', 80), ep('10.244.1.5', 8080)]);
-  g.watch(other.key, undefined, [ep('10.244.1.6', 8080)]);
-  assert.deepEqual(
-    [...g.takeAffected()],
-    [api.key],
-    "web's ports and ClusterIP came: api lists the ClusterIP",
-  );
-  assert.deepEqual([...g.takeAffected()], [], 'told once');
+  g.list(api.key, [ep('127.0.0.1', 40005), ep('10.96.0.10', 80), ep('10.244.1.5', 8080)]);
+  g.list(other.key, [ep('10.244.1.6', 8080)]);
+  assert.deepEqual(g.affected(), [api.key], "web's ports and ClusterIP came: api lists the ClusterIP");
+  assert.deepEqual(g.affected(), [], 'told once');
 
   const cases: { name: string; change: () => void; affected: string[]; has: boolean }[] = [
     {
@@ -185,7 +229,7 @@ test('LoopGuard: the picture is counted per service port; only who lists a port 
     {
       name: 'api no longer lists 40005; it comes back: nobody is affected',
       change: () => {
-        g.watch(api.key, [ep('127.0.0.1', 40005), ep('10.96.0.10', 80)], [ep('10.96.0.10', 80)]);
+        g.list(api.key, [ep('10.96.0.10', 80)]);
         g.place(other, [40005]);
       },
       affected: [],
@@ -194,20 +238,22 @@ test('LoopGuard: the picture is counted per service port; only who lists a port 
   ];
   for (const c of cases) {
     c.change();
-    assert.deepEqual([...g.takeAffected()], c.affected, c.name);
-    assert.equal(g.own.proxyPorts.TCP.has(40005), c.has, c.name);
+    assert.deepEqual(g.affected(), c.affected, c.name);
+    assert.equal(g.guard.own.proxyPorts.TCP.has(40005), c.has, c.name);
   }
   g.remove(dup.key);
-  assert.ok(g.own.proxyPorts.TCP.has(40001), 'web still holds 40001');
-  assert.ok(g.own.portals.TCP.has('10.96.0.10:80'));
+  assert.ok(g.guard.own.proxyPorts.TCP.has(40001), 'web still holds 40001');
+  assert.ok(g.guard.own.portals.TCP.has('10.96.0.10:80'));
   g.remove(web.key);
-  assert.ok(!g.own.proxyPorts.TCP.has(40001));
-  assert.ok(!g.own.portals.TCP.has('10.96.0.10:80'));
-  assert.deepEqual([...g.takeAffected()], [api.key], "web's ClusterIP went");
+  assert.ok(!g.guard.own.proxyPorts.TCP.has(40001));
+  assert.ok(!g.guard.own.portals.TCP.has('10.96.0.10:80'));
+  assert.deepEqual(g.affected(), [api.key], "web's ClusterIP went");
+  g.place(portal('default', 'far', 'http', { clusterIPs: ['10.96.0.13'], port: 81 }).servicePort, [40009]);
+  assert.equal(g.guard.takeChanges(), undefined, 'no endpoint is listed on 40009 or 81: no list to look at');
 
-  assert.equal(g.setHost('::', new Set(LOCAL)), false, 'the same addresses');
-  assert.equal(g.setHost('::', new Set(['192.168.1.99'])), true, 'a node address changed');
-  assert.equal(g.setHost('0.0.0.0', new Set(['192.168.1.99'])), true, 'where we listen changed');
+  assert.equal(g.guard.setHost('::', new Set(LOCAL)), false, 'the same addresses');
+  assert.equal(g.guard.setHost('::', new Set(['192.168.1.99'])), true, 'a node address changed');
+  assert.equal(g.guard.setHost('0.0.0.0', new Set(['192.168.1.99'])), true, 'where we listen changed');
 });
 
 function recording() {

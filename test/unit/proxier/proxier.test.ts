@@ -327,6 +327,25 @@ const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
     },
   },
   {
+    name: 'a service port that starts anew on the proxy port it had (it became dual-stack) still leaves out an endpoint there',
+    async run() {
+      const h = harness({}, new Map([[keyOf('d'), BASE + 50]]), 100, undefined, { localAddresses: () => [] });
+      const eps = [ep('10.0.0.1', 8080), ep('127.0.0.1', BASE + 50)];
+      h.source.set(servicePort('d'), eps);
+      await h.sync();
+      assert.deepEqual(h.proxier.get(keyOf('d'))?.loopEndpoints, [`127.0.0.1:${BASE + 50}`]);
+      // The Service changes, not its endpoints.
+      h.source.set(servicePort('d', { clusterIPs: ['10.96.0.1', 'fd00::1'] }));
+      await h.sync();
+      assert.equal(h.proxier.get(keyOf('d'))?.proxyPort, BASE + 50);
+      assert.deepEqual(h.proxier.get(keyOf('d'))?.loopEndpoints, [`127.0.0.1:${BASE + 50}`]);
+      assert.deepEqual(
+        h.proxier.get(keyOf('d'))?.endpoints.map((e) => e.key),
+        ['10.0.0.1:8080'],
+      );
+    },
+  },
+  {
     name: "the host's addresses change: an endpoint at our proxy port on a new address is left out at the next sync",
     async run() {
       let addresses: string[] = [];
@@ -365,6 +384,25 @@ const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
       h.source.setEndpoints(keyOf('s7'), [ep('10.1.0.7', 8080), ep('10.1.1.7', 8080)]);
       assert.notEqual(h.proxier.applyEndpointChanges(), undefined);
       assert.deepEqual([...guard.filtered.keys()], [keyOf('s7')]);
+    },
+  },
+  {
+    name: "the 200 others list pods on port 80, a new ClusterIP's port: only the list that names that ClusterIP is filtered again",
+    async run() {
+      let guard = new CountingLoopGuard({ nodePorts: false, portals: false });
+      const h = harness({}, new Map(), 1000, undefined, {
+        loopGuard: (options) => (guard = new CountingLoopGuard(options)),
+        localAddresses: () => [],
+      });
+      for (let i = 0; i < 200; i++)
+        h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.1.${i}`] }), [ep(`10.1.0.${i}`, 80)]);
+      h.source.set(servicePort('lists'), [ep('10.1.1.1', 80), ep('10.96.2.1', 80)]);
+      await h.sync();
+      guard.filtered.clear();
+      h.source.set(servicePort('new', { clusterIPs: ['10.96.2.1'] }), [ep('10.2.0.1', 80)]);
+      await h.sync();
+      assert.deepEqual([...guard.filtered.keys()].sort(), [keyOf('lists'), keyOf('new')].sort());
+      assert.deepEqual(h.proxier.get(keyOf('lists'))?.loopEndpoints, ['10.96.2.1:80'], "new's ClusterIP");
     },
   },
   {

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import type { EndpointSlice, EndpointSliceEndpoint, EndpointSlicePort } from '../../../src/source/objects.ts';
 import { EndpointSliceCache, serviceKey, sliceServiceKey } from '../../../src/state/endpoint-slice-cache.ts';
 import type { ServicePortKey } from '../../../src/state/service-port.ts';
+import { usedHeap } from '../../helpers/heap.ts';
 
 const NODE = 'node-a';
 const WEB = serviceKey('ns', 'web');
@@ -50,6 +51,11 @@ function slice(
     endpoints,
     ports: o.ports ?? [{ name: 'http', protocol: 'TCP', port: 8080 }],
   };
+}
+
+/** What a delete of a slice may carry: its namespace and name only. */
+function named(name: string): EndpointSlice {
+  return { metadata: { namespace: 'ns', name } };
 }
 
 // `ip:port` keys per service port key, optionally with a flag summary per endpoint.
@@ -205,6 +211,43 @@ const cases: Case[] = [
       },
     ],
     want: {},
+  },
+  {
+    name: 'a slice not named after its Service (no controller wrote it) is deleted by its name alone',
+    steps: [
+      { do: 'update', slice: slice('custom', [ep('10.0.0.1')]), changed: ['ns/web'] },
+      { do: 'update', slice: slice('web-a', [ep('10.0.0.2')]), changed: ['ns/web'] },
+      { do: 'delete', slice: named('custom'), changed: ['ns/web'] },
+      { do: 'delete', slice: named('custom'), changed: [] },
+    ],
+    want: { [HTTP]: ['10.0.0.2:8080'] },
+  },
+  {
+    name: 'dashes in Service names: each slice is found under its own Service, named after it or not',
+    steps: [
+      {
+        do: 'update',
+        slice: slice('web-api-1', [ep('10.0.0.1')], { service: 'web-api' }),
+        changed: ['ns/web-api'],
+      },
+      { do: 'update', slice: slice('web-api-2', [ep('10.0.0.2')]), changed: ['ns/web'] },
+      {
+        do: 'update',
+        slice: slice('web-1', [ep('10.0.0.3')], { service: 'web-api' }),
+        changed: ['ns/web-api'],
+      },
+      { do: 'update', slice: slice('web-api-2', [ep('10.0.0.4')]), changed: ['ns/web'] },
+      { do: 'delete', slice: named('web-api-1'), changed: ['ns/web-api'] },
+      { do: 'delete', slice: named('web-1'), changed: ['ns/web-api'] },
+      {
+        do: 'update',
+        slice: slice('web-api-2', [ep('10.0.0.4')], { service: 'web-api' }),
+        changed: ['ns/web', 'ns/web-api'],
+      },
+      { do: 'update', slice: slice('web-b', [ep('10.0.0.5')]), changed: ['ns/web'] },
+      { do: 'delete', slice: named('web-api-2'), changed: ['ns/web-api'] },
+    ],
+    want: { [HTTP]: ['10.0.0.5:8080'] },
   },
 ];
 
@@ -422,4 +465,23 @@ test('one slice, then three, then one again: each step merges what the Service h
   assert.deepEqual(keys(cache), {});
   assert.equal(cache.size, 0);
   assert.equal(cache.pooledEndpoints, 0, 'every endpoint let go of');
+});
+
+test('a slice named after its Service, as the controller names them, costs no entry of its own to find its owner', async () => {
+  const N = 20_000;
+  const slices = Array.from({ length: N }, (_, i) => {
+    const s = slice(`svc-${i}-x7k2p`, [ep(`10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`)], {
+      service: `svc-${i}`,
+    });
+    s.metadata!.namespace = 'ns';
+    return s;
+  });
+  const cache = new EndpointSliceCache(NODE);
+  const before = await usedHeap();
+  for (const s of slices) cache.update(s);
+  const perSlice = ((await usedHeap()) - before) / N;
+  assert.equal(cache.size, N);
+  // ~550 with a map from each slice's name to its Service (and a count for each endpoint of one slice).
+  assert.ok(perSlice < 500, `${perSlice.toFixed(0)} bytes a slice`);
+  assert.deepEqual(cache.delete(slices[7]!), [serviceKey('ns', 'svc-7')]);
 });

@@ -5,7 +5,7 @@ import type { EndpointSlice, EndpointSliceEndpoint, Node, Service } from '../../
 import { ProxyState, triggerTime } from '../../../src/state/proxy-state.ts';
 import type { ServicePortKey } from '../../../src/state/service-port.ts';
 import type { Snapshot } from '../../../src/state/snapshot.ts';
-import { collectGarbage } from '../../helpers/heap.ts';
+import { collectGarbage, usedHeap } from '../../helpers/heap.ts';
 
 const NODE = 'node-a';
 type Spec = NonNullable<Service['spec']>;
@@ -528,4 +528,23 @@ test('a Service from one port to two and back to one: each step changes only the
   assert.deepEqual(eps(s2, key('web')), ['10.0.0.1:8080']);
   intake.onServiceDelete(one);
   assert.deepEqual(sorted(state.checkout().changedServicePorts), [key('web')]);
+});
+
+test('the state holds a Service of one port, its slice of the same five pods as every other, in under 900 bytes', async () => {
+  const { state, intake } = setup();
+  intake.onServicesSynced();
+  intake.onEndpointSlicesSynced();
+  state.checkout();
+  const pods = ['10.244.1.5', '10.244.2.5', '10.244.3.5', '10.244.4.5', '10.244.5.5'];
+  const N = 20_000;
+  const before = await usedHeap();
+  for (let i = 0; i < N; i++) {
+    intake.onServiceAdd(svc(`svc-${i}`, { clusterIP: `10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}` }));
+    intake.onEndpointSliceAdd(slice(`svc-${i}-x7k2p`, `svc-${i}`, pods));
+  }
+  assert.equal(state.checkout().servicePorts.size, N);
+  const perService = ((await usedHeap()) - before) / N;
+  // ~975 with a map of the service ports beside the ports of each Service, and a map from each slice's
+  // name to its Service.
+  assert.ok(perService < 900, `${perService.toFixed(0)} bytes a Service`);
 });
