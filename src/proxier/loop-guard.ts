@@ -143,7 +143,7 @@ export class LoopGuard {
 
   /**
    * Where the proxy ports listen and this host's addresses. True when either changed: every endpoint
-   * list must be filtered again (takeAffected() does not cover it).
+   * list must be filtered again (takeChanges() does not cover it).
    */
   setHost(bindHost: string, localAddresses: ReadonlySet<string>): boolean {
     const own = this.#own;
