@@ -172,27 +172,8 @@ function dialCalls(calls: TcpRelayCalls, env: NodeJS.ProcessEnv): TcpDialCalls |
 /** The addon's read buffer (setupTap); one per process. */
 let tapBuffer: Buffer = Buffer.alloc(0);
 
-/** Views of the read buffer's first bytes kept for reuse, by length: TAP_VIEWS slots, one length each. */
-const TAP_VIEWS = 64;
-let tapViews: (Buffer | undefined)[] = new Array(TAP_VIEWS);
-
-/**
- * The first `length` bytes of the read buffer. A chunk is valid during its call only, so one view serves
- * every chunk of its length: the requests and answers of a Service repeat their lengths, and a new view
- * (a typed array, ~100 bytes and a fifth of a microsecond) per tapped chunk would be garbage at once.
- */
-function tapView(length: number): Buffer {
-  const slot = length & (TAP_VIEWS - 1);
-  let view = tapViews[slot];
-  if (view === undefined || view.length !== length) {
-    view = tapBuffer.subarray(0, length);
-    tapViews[slot] = view;
-  }
-  return view;
-}
-
 function onTap(owner: object, side: number, length: number): boolean {
-  return (owner as OffloadOwner).relayTapped(side, tapView(length));
+  return (owner as OffloadOwner).relayTapped(side, tapBuffer.subarray(0, length));
 }
 
 /** The tap on both sides: the observer's wantsData covers both directions of a connection. */
@@ -225,10 +206,7 @@ export class TcpOffload {
     this.dial?.setupDial(onConnect);
     const buffer = tap ? calls.setupTap(onTap) : 0;
     this.tap = typeof buffer !== 'number';
-    if (typeof buffer !== 'number' && buffer !== tapBuffer) {
-      tapBuffer = buffer;
-      tapViews = new Array(TAP_VIEWS);
-    }
+    if (typeof buffer !== 'number') tapBuffer = buffer;
   }
 
   /** Bytes from the client and to it since the hand-over (both 0 once it ended). */

@@ -1,8 +1,8 @@
 // The connection table: active TCP connections and UDP sessions, and a bounded ring of recently closed ones
 // that counts what it pushed out. Byte counts of active entries are read live from the relay's
-// ConnectionInfo at query time, never copied per chunk. Under churn a connection allocates nothing here:
-// entries (and their closed facts) are reused once nothing holds them; the active ones are a list linked
-// through the entries, found from the connection's observerData. No I/O, no timers.
+// ConnectionInfo at query time, never copied per chunk. Per connection it allocates one entry and nothing
+// else: the active ones are a list linked through the entries, found from the connection's observerData.
+// No I/O, no timers.
 import { joinHostPort } from '../lib/host-port.ts';
 import type { CloseReason } from '../relay/close-reason.ts';
 import type { ConnectAttempt, ConnectionInfo } from '../relay/observer.ts';
@@ -89,72 +89,35 @@ export function matchesClient(ip: string, port: number, filter: string): boolean
   return ip === filter || joinHostPort(ip, port) === filter;
 }
 
-/**
- * A closed connection's facts, written at close (one object per entry, written over when it is reused).
- * What it holds is shared or old by then (the service's name, the endpoint's key, a shared client address)
- * or written in place (the times): a reused entry keeps nothing young for a scavenge to copy.
- */
-class ClosedFacts {
-  id = 0;
-  service = '';
-  protocol: 'TCP' | 'UDP' = 'TCP';
-  clientAddress = '';
-  clientPort = 0;
-  endpoint: string | null = null;
-  /** Start and end (epoch ms): a number in a field would be a new heap number at each close. */
-  readonly times = new Float64Array(2);
-  bytesFromClient = 0;
-  bytesToClient = 0;
-  attempts: readonly ConnectAttempt[] = NO_ATTEMPTS;
-  closeReason: CloseReason | null = null;
-  /** The sniffer's info at close, when the entry did not keep the sniffer (Sniffer.end); else unused. */
-  app: AppInfo | null = null;
-}
-
-// Client addresses of closed connections, one string each (a Service's clients repeat): the ring of recent
-// connections keeps the shared one instead of each connection's own copy.
-const ADDRESS_SLOTS = 64;
-const addresses: (string | undefined)[] = new Array(ADDRESS_SLOTS);
-
-/** `address`, or the equal string kept from an earlier connection. */
-function sharedAddress(address: string): string {
-  const n = address.length;
-  if (n === 0) return address;
-  const slot =
-    (n * 31 + address.charCodeAt(n - 1) * 7 + address.charCodeAt(n >> 1) * 13) & (ADDRESS_SLOTS - 1);
-  const kept = addresses[slot];
-  if (kept === address) return kept;
-  addresses[slot] = address;
-  return address;
-}
-
-/** Entries at most kept for reuse (see TableEntry.release). */
-const MAX_FREE = 1024;
-
-// Entries nobody holds any more, for the next connections of any table (one thread): under churn a
-// connection then allocates no entry.
-const freeEntries: TableEntry[] = [];
-
-/** An entry for `conn`, held once (by the caller). */
-function takeEntry(conn: ConnectionInfo): TableEntry {
-  const entry = freeEntries.pop() ?? new TableEntry();
-  entry.info = conn;
-  entry.hold();
-  return entry;
-}
+/** A closed connection's facts, copied from the relay object at close (one flat object, off the data path). */
+type ClosedFacts = {
+  readonly id: number;
+  readonly service: string;
+  readonly protocol: 'TCP' | 'UDP';
+  readonly clientAddress: string;
+  readonly clientPort: number;
+  readonly endpoint: string | null;
+  readonly startMs: number;
+  readonly endMs: number;
+  readonly bytesFromClient: number;
+  readonly bytesToClient: number;
+  readonly attempts: readonly ConnectAttempt[];
+  readonly closeReason: CloseReason | null;
+  readonly app: AppInfo | null;
+};
 
 /**
  * One connection in the table. While active it keeps only the live connection (its facts are read from it:
- * none of them changes once it has opened), the sniffer and the list links; at close the facts are written
- * into its ClosedFacts and the connection is let go (the sniffer too, unless it is kept in place of its
- * info: Sniffer.end). Entries are reused: the table and the tracer's events hold them (hold/release), and
- * one that nobody holds goes back to the pool, so that under churn the table and the event rings keep
- * their slots in place instead of an object (and a copy at each scavenge) per connection.
+ * none of them changes once it has opened), the sniffer and the list links; at close the facts are copied
+ * into one flat object and the connection and the sniffer are let go. Idle traced connections are many;
+ * closed ones are at most the recent ring.
  */
 export class TableEntry {
   /** The live connection while active. */
-  info: ConnectionInfo | undefined = undefined;
-  /** Protocols mode only, from the first bytes on; kept after close when it ended small (Sniffer.end). */
+  info: ConnectionInfo | undefined;
+  /** Set at close. */
+  final: ClosedFacts | undefined = undefined;
+  /** Protocols mode only, from the first bytes on; kept after it is done for info(), dropped at close. */
   sniffer: Sniffer | undefined = undefined;
   /** Protocols mode: the connection is sniffed (its app is `no-data` until bytes start a sniffer). */
   sniffed = false;
@@ -163,70 +126,36 @@ export class TableEntry {
   // The active list, newest at the tail.
   prev: TableEntry | undefined = undefined;
   next: TableEntry | undefined = undefined;
-  /** The final facts once closed; made at the entry's first close and written over at each later one. */
-  #facts: ClosedFacts | undefined = undefined;
-  /** Holders: the table (while active or in its ring) and each event of it the tracer keeps. */
-  #holders = 0;
 
-  /** Closed: no live connection any more (an entry is taken for one, and lets go of it at close). */
+  constructor(conn: ConnectionInfo) {
+    this.info = conn;
+  }
+
   get closed(): boolean {
-    return this.info === undefined;
+    return this.final !== undefined;
   }
   get id(): number {
-    const c = this.info;
-    return c !== undefined ? c.id : this.#facts!.id;
+    return (this.info ?? this.final!).id;
   }
   get service(): string {
-    const c = this.info;
-    return c !== undefined ? c.service : this.#facts!.service;
+    return (this.info ?? this.final!).service;
   }
   get protocol(): 'TCP' | 'UDP' {
-    const c = this.info;
-    return c !== undefined ? c.protocol : this.#facts!.protocol;
+    return (this.info ?? this.final!).protocol;
   }
   get clientAddress(): string {
-    const c = this.info;
-    return c !== undefined ? c.clientAddress : this.#facts!.clientAddress;
+    return (this.info ?? this.final!).clientAddress;
   }
   get clientPort(): number {
-    const c = this.info;
-    return c !== undefined ? c.clientPort : this.#facts!.clientPort;
+    return (this.info ?? this.final!).clientPort;
   }
   /** The endpoint relayed to (`ip:port`), else null. */
   get endpoint(): string | null {
-    const c = this.info;
-    return c !== undefined ? (c.endpoint?.key ?? null) : this.#facts!.endpoint;
+    const conn = this.info;
+    return conn === undefined ? this.final!.endpoint : (conn.endpoint?.key ?? null);
   }
   get startMs(): number {
-    const c = this.info;
-    return c !== undefined ? c.startMs : this.#facts!.times[0]!;
-  }
-
-  /** One more holder: it stays this connection's until each holder has released it. */
-  hold(): void {
-    this.#holders++;
-  }
-
-  /**
-   * A holder lets go; the last one gives it back to the pool, with a sniffer it kept (Sniffer.recycle). A
-   * holder that never releases costs only the reuse: the entry is then left to the garbage collector.
-   */
-  release(): void {
-    if (this.#holders === 0 || --this.#holders > 0) return;
-    this.info = undefined;
-    this.sniffer?.recycle?.();
-    this.sniffer = undefined;
-    this.sniffed = false;
-    this.sniffing = false;
-    this.prev = undefined;
-    this.next = undefined;
-    const f = this.#facts;
-    if (f !== undefined) {
-      f.clientAddress = '';
-      f.attempts = NO_ATTEMPTS;
-      f.app = null;
-    }
-    if (freeEntries.length < MAX_FREE) freeEntries.push(this);
+    return (this.info ?? this.final!).startMs;
   }
 
   /** Protocols mode: data callbacks feed a sniffer, started by the first bytes (startSniffer). */
@@ -238,7 +167,6 @@ export class TableEntry {
   /** What the sniffer knows so far; null when the connection is not sniffed. */
   appInfo(): AppInfo | null {
     if (this.sniffer !== undefined) return this.sniffer.info();
-    if (this.info === undefined) return this.#facts!.app;
     return this.sniffed ? NO_DATA : null;
   }
 
@@ -256,10 +184,8 @@ export class TableEntry {
 
   /** The final record once closed (built on each call, off the data path). */
   get record(): ConnectionRecord | undefined {
-    if (this.info !== undefined) return undefined;
-    const f = this.#facts!;
-    const startMs = f.times[0]!;
-    const endMs = f.times[1]!;
+    const f = this.final;
+    if (f === undefined) return undefined;
     return {
       id: f.id,
       service: f.service,
@@ -267,14 +193,14 @@ export class TableEntry {
       client: joinHostPort(f.clientAddress, f.clientPort),
       endpoint: f.endpoint,
       state: 'closed',
-      startMs,
-      endMs,
-      durationMs: Math.max(0, endMs - startMs),
+      startMs: f.startMs,
+      endMs: f.endMs,
+      durationMs: Math.max(0, f.endMs - f.startMs),
       bytesFromClient: f.bytesFromClient,
       bytesToClient: f.bytesToClient,
       attempts: f.attempts,
       closeReason: f.closeReason,
-      app: this.appInfo(),
+      app: f.app,
     };
   }
 
@@ -300,32 +226,26 @@ export class TableEntry {
     };
   }
 
-  /** Keeps the final values of the (closed) connection and lets go of it (and of a sniffer not kept). */
+  /** Keeps the final values of the (closed) connection and lets go of it and the sniffer. */
   finish(conn: ConnectionInfo): void {
-    if (this.info === undefined) return;
-    this.#facts ??= new ClosedFacts();
-    const f = this.#facts;
-    f.id = conn.id;
-    f.service = conn.service;
-    f.protocol = conn.protocol;
-    f.clientAddress = sharedAddress(conn.clientAddress);
-    f.clientPort = conn.clientPort;
-    f.endpoint = conn.endpoint?.key ?? null;
-    f.times[0] = conn.startMs;
-    f.times[1] = conn.endMs;
-    f.bytesFromClient = conn.bytesFromClient;
-    f.bytesToClient = conn.bytesToClient;
-    f.attempts = copyAttempts(conn.failedAttempts);
-    f.closeReason = conn.closeReason ?? null;
-    const s = this.sniffer;
-    // A sniffer that ended small is kept and read when asked; any other is read now, once.
-    if (s === undefined) f.app = this.sniffed ? NO_DATA : null;
-    else if (s.end?.() === true) f.app = null;
-    else {
-      f.app = s.info();
-      this.sniffer = undefined;
-    }
+    if (this.final !== undefined) return;
+    this.final = {
+      id: conn.id,
+      service: conn.service,
+      protocol: conn.protocol,
+      clientAddress: conn.clientAddress,
+      clientPort: conn.clientPort,
+      endpoint: conn.endpoint?.key ?? null,
+      startMs: conn.startMs,
+      endMs: conn.endMs,
+      bytesFromClient: conn.bytesFromClient,
+      bytesToClient: conn.bytesToClient,
+      attempts: copyAttempts(conn.failedAttempts),
+      closeReason: conn.closeReason ?? null,
+      app: this.appInfo(),
+    };
     this.info = undefined;
+    this.sniffer = undefined;
     this.sniffing = false;
   }
 }
@@ -333,7 +253,7 @@ export class TableEntry {
 /**
  * Active connections plus a ring of the last `maxRecent` closed ones. A connection closed without having
  * been opened (no endpoints, connect failures) goes straight to the ring. The table keeps each active
- * connection's entry in its `observerData`, and holds each entry while it is active or in the ring.
+ * connection's entry in its `observerData`.
  */
 export class ConnectionTable {
   readonly maxRecent: number;
@@ -366,7 +286,7 @@ export class ConnectionTable {
 
   /** Adds an opened connection. */
   open(conn: ConnectionInfo): TableEntry {
-    const entry = takeEntry(conn);
+    const entry = new TableEntry(conn);
     const tail = this.#tail;
     entry.prev = tail;
     if (tail === undefined) this.#head = entry;
@@ -386,7 +306,7 @@ export class ConnectionTable {
   /** Moves a closed connection to the ring (creating its entry when it never opened); returns it. */
   close(conn: ConnectionInfo): TableEntry {
     let entry = this.get(conn);
-    if (entry === undefined) entry = takeEntry(conn);
+    if (entry === undefined) entry = new TableEntry(conn);
     else this.#unlink(entry);
     conn.observerData = undefined;
     entry.finish(conn);
@@ -424,13 +344,11 @@ export class ConnectionTable {
       e.prev = undefined;
       e.next = undefined;
       if (e.info?.observerData === e) e.info.observerData = undefined;
-      e.release();
       e = next;
     }
     this.#head = undefined;
     this.#tail = undefined;
     this.#activeCount = 0;
-    for (const e of this.#ring) e?.release();
     this.#ring.fill(undefined);
     this.#next = 0;
     this.#recent = 0;
@@ -447,20 +365,16 @@ export class ConnectionTable {
     this.#activeCount--;
   }
 
-  /** The table's hold on `entry` moves to the ring (and that of the entry it pushes out ends). */
   #remember(entry: TableEntry): void {
     const size = this.maxRecent;
     if (size === 0) {
-      // Not released: the caller of close() still reads it (it is left to the garbage collector).
       this.#dropped++;
       return;
     }
-    const out = this.#ring[this.#next];
     if (this.#recent === size) this.#dropped++;
     else this.#recent++;
     this.#ring[this.#next] = entry;
     this.#next = this.#next + 1 === size ? 0 : this.#next + 1;
-    out?.release();
   }
 
   /** Newest first. */

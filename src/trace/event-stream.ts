@@ -1,11 +1,10 @@
 // The live trace stream: what the tracer's subscribers (the /debug/trace followers) get. On the data path
-// an event is only recorded (three array pushes, and only while someone subscribes); a timer hands the batch
+// an event is only recorded (two array pushes, and only while someone subscribes); a timer hands the batch
 // on, where each event's object and NDJSON line are built once for every subscriber, within a time budget
 // (maxCpuShare of the time that passes, for building the lines and writing them), so what the stream
 // costs is bounded whatever the load, the machine's speed and however many follow. Subscribers are
 // capped; a slow one has a bounded queue and counts what it did not get.
 import type { ConnectionFilter, TableEntry } from './connection-table.ts';
-import type { HttpHead } from './sniff/types.ts';
 import type { RawEvent, TraceEvent } from './trace-event.ts';
 import { droppedLine, toTraceEvent, traceLine } from './trace-event.ts';
 
@@ -66,18 +65,27 @@ const BUDGET_WINDOW_MS = 10_000;
 /** Bytes of batches queued for one line subscriber at most (beyond what its sink buffers). */
 const MAX_QUEUED_BYTES = 1024 * 1024;
 
-/**
- * One event of a flush, shared by every subscriber: its object is built when the flush first needs it
- * (the batch lets go of its table entries after the flush), its line at most once.
- */
+/** One event of a flush, shared by every subscriber: its object and line are built at most once. */
 class Shared {
   readonly #stream: EventStream;
-  readonly event: TraceEvent;
+  readonly entry: TableEntry;
+  readonly raw: RawEvent;
+  #event: TraceEvent | undefined = undefined;
   #line: string | undefined = undefined;
 
-  constructor(stream: EventStream, event: TraceEvent) {
+  constructor(stream: EventStream, entry: TableEntry, raw: RawEvent) {
     this.#stream = stream;
-    this.event = event;
+    this.entry = entry;
+    this.raw = raw;
+  }
+
+  get event(): TraceEvent {
+    if (this.#event === undefined) {
+      const t = this.#stream.clock();
+      this.#event = toTraceEvent(this.entry, this.raw);
+      this.#stream.charge(t);
+    }
+    return this.#event;
   }
 
   get line(): string {
@@ -94,33 +102,21 @@ class Shared {
 /** NDJSON for one subscriber from one flush: `events` lines, and a dropped line for `dropped` more. */
 type Lines = { readonly buf: Buffer; readonly events: number; readonly dropped: number };
 
-/**
- * What one flush hands on: the collected events, each built on first use while the budget lasts. Valid
- * during the flush only (its entries may be reused after it).
- */
+/** What one flush hands on: the collected events, each built on first use while the budget lasts. */
 class Batch {
   readonly #stream: EventStream;
   readonly entries: TableEntry[];
   readonly #raws: RawEvent[];
-  readonly #requests: (HttpHead | undefined)[];
   readonly #shared: (Shared | null | undefined)[];
   /** Events recorded but not collected (past MAX_BATCH): lost for every subscriber. */
   readonly lost: number;
   readonly atMs: number;
   #whole: Lines | undefined = undefined;
 
-  constructor(
-    stream: EventStream,
-    entries: TableEntry[],
-    raws: RawEvent[],
-    requests: (HttpHead | undefined)[],
-    lost: number,
-    atMs: number,
-  ) {
+  constructor(stream: EventStream, entries: TableEntry[], raws: RawEvent[], lost: number, atMs: number) {
     this.#stream = stream;
     this.entries = entries;
     this.#raws = raws;
-    this.#requests = requests;
     this.#shared = new Array(entries.length);
     this.lost = lost;
     this.atMs = atMs;
@@ -134,18 +130,10 @@ class Batch {
   at(i: number): Shared | null {
     let s = this.#shared[i];
     if (s === undefined) {
-      s = this.#stream.affords() ? this.#build(i) : null;
+      s = this.#stream.affords() ? new Shared(this.#stream, this.entries[i]!, this.#raws[i]!) : null;
       this.#shared[i] = s;
     }
     return s;
-  }
-
-  #build(i: number): Shared {
-    const stream = this.#stream;
-    const t = stream.clock();
-    const event = toTraceEvent(this.entries[i]!, this.#raws[i]!, this.#requests[i]);
-    stream.charge(t);
-    return new Shared(stream, event);
   }
 
   /** Events [from, n) matching `filter` (all when undefined). */
@@ -392,14 +380,11 @@ export class EventStream {
   readonly #share: number;
   #subscribers: Subscriber[] = [];
   // Events since the last flush, collected only while someone subscribes: parallel arrays, swapped with
-  // a spare set at each flush, so collecting allocates nothing. Each entry is held (TableEntry.hold) until
-  // the flush is over.
+  // a spare pair at each flush, so collecting allocates nothing.
   #entries: TableEntry[] = [];
   #raws: RawEvent[] = [];
-  #requests: (HttpHead | undefined)[] = [];
   #spareEntries: TableEntry[] = [];
   #spareRaws: RawEvent[] = [];
-  #spareRequests: (HttpHead | undefined)[] = [];
   #lost = 0;
   #timer: NodeJS.Timeout | undefined = undefined;
   readonly #flush = (): void => this.#deliverBatch();
@@ -423,18 +408,13 @@ export class EventStream {
     this.#refilledAt = this.clock();
   }
 
-  /**
-   * On the data path: nothing without subscribers; else three pushes (and a timer per batch). `request`:
-   * the HTTP/1 request of an HTTP_REQUEST or HTTP_RESPONSE marker.
-   */
-  record(entry: TableEntry, raw: RawEvent, request?: HttpHead): void {
+  /** On the data path: nothing without subscribers; else two pushes (and a timer per batch). */
+  record(entry: TableEntry, raw: RawEvent): void {
     if (this.#subscribers.length === 0) return;
     if (this.#entries.length >= MAX_BATCH) this.#lost++;
     else {
-      entry.hold();
       this.#entries.push(entry);
       this.#raws.push(raw);
-      this.#requests.push(request);
     }
     if (this.#timer === undefined) {
       this.#timer = setTimeout(this.#flush, this.#flushIntervalMs);
@@ -503,20 +483,15 @@ export class EventStream {
     this.#refilledAt = t;
     const entries = this.#entries;
     const raws = this.#raws;
-    const requests = this.#requests;
-    const batch = new Batch(this, entries, raws, requests, this.#lost, now);
+    const batch = new Batch(this, entries, raws, this.#lost, now);
     this.#entries = this.#spareEntries;
     this.#raws = this.#spareRaws;
-    this.#requests = this.#spareRequests;
     this.#lost = 0;
     const subs = this.#subscribers;
     for (let k = 0; k < subs.length; k++) subs[k]!.take(batch);
-    for (let i = 0; i < entries.length; i++) entries[i]!.release();
     entries.length = 0;
     raws.length = 0;
-    requests.length = 0;
     this.#spareEntries = entries;
     this.#spareRaws = raws;
-    this.#spareRequests = requests;
   }
 }

@@ -1,10 +1,9 @@
 // What a trace event is: the shapes /debug/trace streams, the raw form the tracer records on the data path
-// (a table entry, a marker or sniffer event, and for HTTP/1 the request it is about: no allocation), and
-// the one place a raw event becomes an object and an NDJSON line. Pure: no I/O.
+// (a table entry and a marker or sniffer event, no allocation), and the one place a raw event becomes an
+// object and an NDJSON line. Pure: no I/O.
 import { jsonSafe } from '../lib/printable.ts';
 import type { ConnectionRecord, TableEntry } from './connection-table.ts';
-import { httpEvent } from './sniff/http1.ts';
-import type { HttpHead, SniffEvent } from './sniff/types.ts';
+import type { SniffEvent } from './sniff/types.ts';
 
 /** Who an event is about; every trace event carries these. */
 export type TraceEventConnection = {
@@ -40,28 +39,17 @@ export type TraceEvent = OpenedEvent | ClosedEvent | (TraceEventConnection & Tra
 /** The line that stands for events a subscriber did not get (too slow, or over the tracer's budget). */
 export type DroppedEvent = { readonly type: 'dropped'; readonly count: number; readonly atMs: number };
 
-// Raw events as recorded: a sniffer event, or one of these shared markers read back from the entry (and,
-// for HTTP/1's, from the request recorded with it).
+// Raw events as recorded: a sniffer event, or one of these shared markers read back from the entry.
 export const OPENED = { type: 'opened' } as const;
 export const CLOSED = { type: 'closed' } as const;
-export const HTTP_REQUEST = { type: 'http-request' } as const;
-export const HTTP_RESPONSE = { type: 'http-response' } as const;
-export type RawEvent =
-  | SniffEvent
-  | typeof OPENED
-  | typeof CLOSED
-  | typeof HTTP_REQUEST
-  | typeof HTTP_RESPONSE;
+export type RawEvent = SniffEvent | typeof OPENED | typeof CLOSED;
 
 function connectionOf(e: TableEntry): TraceEventConnection {
   return { id: e.id, service: e.service, protocol: e.protocol, client: e.client, endpoint: e.endpoint };
 }
 
-/**
- * The event object of a raw event (built off the data path, when someone reads it); `request` is the HTTP/1
- * request an HTTP_REQUEST or HTTP_RESPONSE marker was recorded with.
- */
-export function toTraceEvent(entry: TableEntry, ev: RawEvent, request?: HttpHead): TraceEvent {
+/** The event object of a raw event (built off the data path, when someone reads it). */
+export function toTraceEvent(entry: TableEntry, ev: RawEvent): TraceEvent {
   if (ev === OPENED) return { type: 'opened', atMs: entry.startMs, ...connectionOf(entry) };
   if (ev === CLOSED) {
     const r = entry.record!;
@@ -79,7 +67,7 @@ export function toTraceEvent(entry: TableEntry, ev: RawEvent, request?: HttpHead
       app: r.app,
     };
   }
-  const s = ev === HTTP_REQUEST || ev === HTTP_RESPONSE ? httpEvent(ev.type, request!) : (ev as SniffEvent);
+  const s = ev as SniffEvent;
   const head = { type: s.type, atMs: s.atMs, ...connectionOf(entry) };
   if (s.type === 'dns-query' || s.type === 'dns-response') {
     const { id, ...rest } = s;

@@ -10,9 +10,9 @@ import type { ConnectionFilter, ConnectionTable, TableEntry } from './connection
 import type { EventStreamStats, LineSink, Subscription } from './event-stream.ts';
 import { EventStream } from './event-stream.ts';
 import { DEFAULT_MAX_REQUESTS, sniffLimits, startSniffer } from './sniff/classify.ts';
-import type { HttpHead, SniffLimits } from './sniff/types.ts';
+import type { SniffLimits } from './sniff/types.ts';
 import type { RawEvent, TraceEvent } from './trace-event.ts';
-import { CLOSED, HTTP_REQUEST, HTTP_RESPONSE, OPENED, toTraceEvent, traceLine } from './trace-event.ts';
+import { CLOSED, OPENED, toTraceEvent, traceLine } from './trace-event.ts';
 
 export type { LineSink, Subscription } from './event-stream.ts';
 export type {
@@ -140,13 +140,11 @@ class TracerImpl implements Tracer {
   readonly #logClosed: (entry: TableEntry) => void;
   readonly #observers: Record<TraceMode, ConnectionObserver>;
   readonly #stream: EventStream;
-  // The recent-events ring: parallel arrays, so recording an event allocates nothing (an HTTP/1 event is a
-  // marker and its request). A line is kept once a reader of the ring has serialized it. Each entry is held
-  // (TableEntry.hold) while an event of it is in the ring.
+  // The recent-events ring: parallel arrays, so recording an event allocates nothing. A line is kept once
+  // a reader of the ring has serialized it.
   readonly #ringSize: number;
   readonly #ringEntries: (TableEntry | undefined)[];
   readonly #ringEvents: (RawEvent | undefined)[];
-  readonly #ringRequests: (HttpHead | undefined)[];
   readonly #ringLines: (string | undefined)[];
   #ringNext = 0;
   #ringCount = 0;
@@ -159,9 +157,7 @@ class TracerImpl implements Tracer {
     // Sniffers emit synchronously from the feeding call: #sniffed is the entry being fed.
     this.#limits = sniffLimits({
       maxRequests: options.maxRequests ?? DEFAULT_MAX_REQUESTS,
-      onEvent: (ev) => this.#emit(this.#sniffed!, ev, undefined),
-      onHttp: (type, request) =>
-        this.#emit(this.#sniffed!, type === 'http-request' ? HTTP_REQUEST : HTTP_RESPONSE, request),
+      onEvent: (ev) => this.#emit(this.#sniffed!, ev),
     });
     this.#stream = new EventStream({
       maxPending: options.maxPending ?? DEFAULT_MAX_PENDING,
@@ -177,7 +173,6 @@ class TracerImpl implements Tracer {
     this.#ringSize = Math.max(0, Math.floor(options.recentEvents ?? DEFAULT_RECENT_EVENTS));
     this.#ringEntries = new Array(this.#ringSize);
     this.#ringEvents = new Array(this.#ringSize);
-    this.#ringRequests = new Array(this.#ringSize);
     this.#ringLines = new Array(this.#ringSize);
     this.#observers = {
       none: noopObserver,
@@ -193,7 +188,7 @@ class TracerImpl implements Tracer {
   opened(conn: ConnectionInfo, sniff: boolean): void {
     const entry = this.table.open(conn);
     if (sniff) entry.sniff();
-    this.#emit(entry, OPENED, undefined);
+    this.#emit(entry, OPENED);
   }
 
   /** Feeds a chunk to the entry's sniffer (starting it on the first bytes); returns whether it wants more. */
@@ -212,7 +207,7 @@ class TracerImpl implements Tracer {
 
   closed(conn: ConnectionInfo): void {
     const entry = this.table.close(conn);
-    this.#emit(entry, CLOSED, undefined);
+    this.#emit(entry, CLOSED);
     this.#logClosed(entry);
   }
 
@@ -225,7 +220,9 @@ class TracerImpl implements Tracer {
   }
 
   recentEvents(filter: ConnectionFilter = {}, limit = Number.POSITIVE_INFINITY): TraceEvent[] {
-    return this.#recent(filter, limit).map((at) => this.#eventAt(at));
+    return this.#recent(filter, limit).map((at) =>
+      toTraceEvent(this.#ringEntries[at]!, this.#ringEvents[at]!),
+    );
   }
 
   recentLines(filter: ConnectionFilter = {}, limit = Number.POSITIVE_INFINITY): string {
@@ -233,7 +230,7 @@ class TracerImpl implements Tracer {
     for (const at of this.#recent(filter, limit)) {
       let line = this.#ringLines[at];
       if (line === undefined) {
-        line = traceLine(this.#eventAt(at));
+        line = traceLine(toTraceEvent(this.#ringEntries[at]!, this.#ringEvents[at]!));
         this.#ringLines[at] = line;
       }
       text += line;
@@ -256,26 +253,18 @@ class TracerImpl implements Tracer {
     return out.reverse();
   }
 
-  #eventAt(at: number): TraceEvent {
-    return toTraceEvent(this.#ringEntries[at]!, this.#ringEvents[at]!, this.#ringRequests[at]);
-  }
-
-  #emit(entry: TableEntry, ev: RawEvent, request: HttpHead | undefined): void {
+  #emit(entry: TableEntry, ev: RawEvent): void {
     this.events++;
     const size = this.#ringSize;
     if (size > 0) {
       const at = this.#ringNext;
-      const old = this.#ringEntries[at];
-      entry.hold();
       this.#ringEntries[at] = entry;
       this.#ringEvents[at] = ev;
-      this.#ringRequests[at] = request;
       this.#ringLines[at] = undefined;
       this.#ringNext = at + 1 === size ? 0 : at + 1;
       if (this.#ringCount < size) this.#ringCount++;
-      old?.release();
     }
-    this.#stream.record(entry, ev, request);
+    this.#stream.record(entry, ev);
   }
 }
 

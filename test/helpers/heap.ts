@@ -61,30 +61,3 @@ export function promotedPerItem<T>(
   minorGc();
   return (oldUsed() - before) / count;
 }
-
-/**
- * Bytes moved to the old generation per step, over `count` steps of `step` with a scavenge every
- * `scavengeEvery` steps (as a busy proxy has one every few hundred to few thousand connections), after
- * `warmup` steps and a full GC (what is meant to last is old by then): what each step leaves reachable long
- * enough to be promoted. Minor GCs only while it counts.
- */
-export function promotedPerStep(
-  step: (n: number) => void,
-  { count = 10_000, warmup = 3_000, scavengeEvery = 250 } = {},
-): number {
-  const oldUsed = () =>
-    getHeapSpaceStatistics()
-      .filter((s) => s.space_name !== 'new_space')
-      .reduce((sum, s) => sum + s.space_used_size, 0);
-  for (let n = 0; n < warmup; n++) step(n);
-  gc();
-  gc();
-  const before = oldUsed();
-  for (let n = 0; n < count; n++) {
-    step(warmup + n);
-    if (n % scavengeEvery === scavengeEvery - 1) minorGc();
-  }
-  minorGc();
-  minorGc();
-  return (oldUsed() - before) / count;
-}

@@ -2,12 +2,12 @@
 // MySQL) and hands every byte to that protocol's sniffer. Pure: no I/O, no timers; never throws.
 import { DnsSniffer, looksLikeDnsQuery } from './dns.ts';
 import { H2cSniffer, looksLikeH2c } from './h2.ts';
-import { Http1Sniffer, httpEvent } from './http1.ts';
+import { Http1Sniffer } from './http1.ts';
 import { looksLikeMysqlGreeting, MysqlSniffer } from './mysql.ts';
 import { looksLikePostgres, PostgresSniffer } from './postgres.ts';
 import { looksLikeRedis, RedisSniffer } from './redis.ts';
 import { looksLikeTls, TlsSniffer } from './tls.ts';
-import type { AppInfo, HttpEventSink, SniffEventSink, Sniffer, SniffLimits, UnknownInfo } from './types.ts';
+import type { AppInfo, SniffEventSink, Sniffer, SniffLimits, UnknownInfo } from './types.ts';
 
 export type CreateSnifferOptions = {
   readonly protocol: 'tcp' | 'udp';
@@ -17,8 +17,6 @@ export type CreateSnifferOptions = {
   readonly keepCounting?: boolean;
   /** Per-request events (HTTP, DNS, Redis) as they happen; must be cheap and must not throw. */
   readonly onEvent?: SniffEventSink;
-  /** HTTP/1's events as the request they are about (no object each); default: onEvent's, built. */
-  readonly onHttp?: HttpEventSink;
 };
 
 export const DEFAULT_MAX_REQUESTS = 16;
@@ -83,7 +81,7 @@ function protocolSniffer(d: Decision, transport: 'tcp' | 'udp', limits: SniffLim
     case 'h2c':
       return new H2cSniffer();
     case 'http1':
-      return Http1Sniffer.create(limits);
+      return new Http1Sniffer(limits);
     case 'redis':
       return new RedisSniffer(limits);
     case 'postgres':
@@ -195,17 +193,6 @@ class ClassifyingSniffer implements Sniffer {
     return { protocol: 'unknown', reason };
   }
 
-  /** Kept in place of its info() only as its protocol's sniffer would be; the held bytes are let go. */
-  end(): boolean {
-    this.#client.buf = undefined;
-    this.#server.buf = undefined;
-    return this.#delegate?.end?.() ?? false;
-  }
-
-  recycle(): void {
-    this.#delegate?.recycle?.();
-  }
-
   #arrived(fromClient: boolean, buf: Buffer, nowMs: number): void {
     const deciding = fromClient === (this.#first === 'client');
     const held = fromClient ? this.#client : this.#server;
@@ -285,17 +272,14 @@ const UNRECOGNIZED: Sniffer = Object.freeze({
   onClientData(): void {},
   onEndpointData(): void {},
   info: (): AppInfo => ({ protocol: 'unknown', reason: 'unrecognized' }),
-  end: (): boolean => true,
 });
 
 /** Limits for startSniffer, made once and shared by every connection they apply to. */
 export function sniffLimits(options: Omit<CreateSnifferOptions, 'protocol'> = {}): SniffLimits {
-  const onEvent = options.onEvent;
   return {
     maxRequests: Math.max(1, Math.floor(options.maxRequests ?? DEFAULT_MAX_REQUESTS)),
     keepCounting: options.keepCounting ?? false,
-    onEvent,
-    onHttp: options.onHttp ?? (onEvent === undefined ? undefined : (type, x) => onEvent(httpEvent(type, x))),
+    onEvent: options.onEvent,
   };
 }
 

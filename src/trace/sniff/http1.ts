@@ -3,7 +3,7 @@
 // values other than Host are never copied out. Pure: no I/O; never throws; bounded memory.
 import { equalsLower, latin1 } from './bytes.ts';
 import { Latin1Cache } from './latin1-cache.ts';
-import type { Http1Info, HttpExchange, HttpHead, SniffEvent, Sniffer, SniffLimits } from './types.ts';
+import type { Http1Info, HttpExchange, Sniffer, SniffLimits } from './types.ts';
 
 /** Longest line we will hold (request line, a kept header, a chunk-size line). */
 const MAX_LINE = 8192;
@@ -31,26 +31,32 @@ const H_UPGRADE = 4;
 /** Paths and Host values, shared by every HTTP/1 sniffer (sniffing is synchronous, on one thread). */
 const strings = new Latin1Cache();
 
-/**
- * One request and its response as they are parsed; info() copies out the HttpExchange fields, and the
- * request's events are built from it when read (httpEvent). Reused (takeExchange) once its sniffer is.
- */
-class Exchange implements HttpHead {
-  index = 0;
-  method = '';
-  path = '';
-  version = '';
-  host: string | undefined = undefined;
-  startMs = 0;
+/** One request and its response as they are parsed; info() copies out the HttpExchange fields. */
+class Exchange {
+  readonly index: number;
+  readonly method: string;
+  readonly path: string;
+  readonly version: string;
+  readonly host: string | undefined;
+  readonly startMs: number;
   status: number | undefined = undefined;
   ttfbMs: number | undefined = undefined;
   durationMs: number | undefined = undefined;
-  respondedMs = 0;
   /** The Upgrade the request asked for (what a 101 switches to). */
-  upgrade: string | undefined = undefined;
+  readonly upgrade: string | undefined;
   /** The next recorded exchange, and the next request waiting for its response (linked lists: no arrays). */
   nextRecorded: Exchange | undefined = undefined;
   nextPending: Exchange | undefined = undefined;
+
+  constructor(index: number, d: Direction) {
+    this.index = index;
+    this.method = d.method;
+    this.path = d.path;
+    this.version = d.version;
+    this.host = d.host;
+    this.startMs = d.startMs;
+    this.upgrade = d.upgrade;
+  }
 
   // What framing the response needs (read once per response: no fields for them).
   get head(): boolean {
@@ -73,40 +79,6 @@ class Exchange implements HttpHead {
       durationMs: this.durationMs,
     };
   }
-}
-
-// Sniffers and their recorded exchanges given back once nobody reads them any more (Sniffer.recycle: the
-// closed connection's record left the table and the tracer's events), for the next connections: under
-// churn a traced HTTP/1 connection allocates neither, and the rings of recent connections keep no young
-// objects for each scavenge to copy.
-const MAX_IDLE = 1024;
-const idleSniffers: Http1Sniffer[] = [];
-const idleExchanges: Exchange[] = [];
-
-/** Exchange `index`, of the request head in `d`. */
-function takeExchange(index: number, d: Direction): Exchange {
-  const x = idleExchanges.pop() ?? new Exchange();
-  x.index = index;
-  x.method = d.method;
-  x.path = d.path;
-  x.version = d.version;
-  x.host = d.host;
-  x.startMs = d.startMs;
-  x.status = undefined;
-  x.ttfbMs = undefined;
-  x.durationMs = undefined;
-  x.respondedMs = 0;
-  x.upgrade = d.upgrade;
-  return x;
-}
-
-function giveBackExchange(x: Exchange): void {
-  x.nextRecorded = undefined;
-  x.nextPending = undefined;
-  // A path may be 1 KiB: an idle exchange keeps none.
-  x.path = '';
-  x.host = undefined;
-  if (idleExchanges.length < MAX_IDLE) idleExchanges.push(x);
 }
 
 /**
@@ -190,7 +162,7 @@ function giveBack(d: Direction): void {
 
 /** Sniffs an HTTP/1.x connection: done after maxRequests exchanges, an upgrade, or a parse limit. */
 export class Http1Sniffer implements Sniffer {
-  #limits: SniffLimits;
+  readonly #limits: SniffLimits;
   // Only while a message is part-way through; undefined between messages.
   #req: Direction | undefined = undefined;
   #res: Direction | undefined = undefined;
@@ -207,14 +179,6 @@ export class Http1Sniffer implements Sniffer {
 
   constructor(limits: SniffLimits) {
     this.#limits = limits;
-  }
-
-  /** A sniffer for a new connection: one given back (recycle) when there is one. */
-  static create(limits: SniffLimits): Http1Sniffer {
-    const s = idleSniffers.pop();
-    if (s === undefined) return new Http1Sniffer(limits);
-    s.#limits = limits;
-    return s;
   }
 
   get done(): boolean {
@@ -249,35 +213,6 @@ export class Http1Sniffer implements Sniffer {
     this.#req = undefined;
     this.#res = undefined;
     return undefined;
-  }
-
-  /** The connection closed: a message part-way through is let go (info() reads only what is kept). */
-  end(): boolean {
-    if (this.#req !== undefined) giveBack(this.#req);
-    if (this.#res !== undefined) giveBack(this.#res);
-    this.#req = undefined;
-    this.#res = undefined;
-    // Requests still waiting for a response are in info() only when recorded (kept by #recorded).
-    this.#pending = undefined;
-    this.#lastPending = undefined;
-    return true;
-  }
-
-  /** Nobody reads it any more: it and its recorded exchanges are the next connections' (see idleSniffers). */
-  recycle(): void {
-    this.end();
-    for (let x = this.#recorded; x !== undefined; ) {
-      const next = x.nextRecorded;
-      giveBackExchange(x);
-      x = next;
-    }
-    this.#recorded = undefined;
-    this.#pendingCount = 0;
-    this.#requests = 0;
-    this.#responses = 0;
-    this.#upgrade = undefined;
-    this.#stoppedBy = undefined;
-    if (idleSniffers.length < MAX_IDLE) idleSniffers.push(this);
   }
 
   info(): Http1Info {
@@ -565,7 +500,7 @@ export class Http1Sniffer implements Sniffer {
     d.resetHead();
     d.state = S_HEADERS;
     const p = this.#pending;
-    if (p !== undefined && p.ttfbMs === undefined) p.ttfbMs = small(d.startMs - p.startMs);
+    if (p !== undefined && p.ttfbMs === undefined) p.ttfbMs = d.startMs - p.startMs;
   }
 
   #headEnd(d: Direction, nowMs: number): void {
@@ -579,7 +514,7 @@ export class Http1Sniffer implements Sniffer {
       if (status === 101) {
         if (p !== undefined) p.status = 101;
         this.#upgrade = p?.upgrade ?? 'unknown';
-        this.#respond(p, nowMs);
+        this.#respond(p, 101, nowMs);
         this.#stop('upgrade');
         return;
       }
@@ -587,7 +522,7 @@ export class Http1Sniffer implements Sniffer {
       return;
     }
     if (p !== undefined) p.status = status;
-    this.#respond(p, nowMs);
+    this.#respond(p, status, nowMs);
     if (p?.connect && status < 300) {
       this.#upgrade = 'connect';
       this.#stop('upgrade');
@@ -610,7 +545,7 @@ export class Http1Sniffer implements Sniffer {
       return;
     }
     const index = this.#requests++;
-    const x = takeExchange(index, d);
+    const x = new Exchange(index, d);
     // The first maxRequests are recorded (a list of at most maxRequests: found by walking it).
     if (index < this.#limits.maxRequests) {
       let last = this.#recorded;
@@ -624,7 +559,18 @@ export class Http1Sniffer implements Sniffer {
     else this.#lastPending.nextPending = x;
     this.#lastPending = x;
     this.#pendingCount++;
-    this.#limits.onHttp?.('http-request', x);
+    const sink = this.#limits.onEvent;
+    if (sink) {
+      sink({
+        type: 'http-request',
+        index,
+        method: x.method,
+        path: x.path,
+        version: x.version,
+        host: x.host,
+        atMs: x.startMs,
+      });
+    }
     if (x.connect) {
       d.state = S_OPAQUE; // the client waits for the tunnel; what follows is not HTTP
       return;
@@ -645,12 +591,20 @@ export class Http1Sniffer implements Sniffer {
     }
   }
 
-  /** The response head to `p` ended (its status is set). */
-  #respond(p: Exchange | undefined, nowMs: number): void {
+  #respond(p: Exchange | undefined, status: number, nowMs: number): void {
     this.#responses++;
-    if (p === undefined) return;
-    p.respondedMs = nowMs;
-    this.#limits.onHttp?.('http-response', p);
+    const sink = this.#limits.onEvent;
+    if (sink === undefined || p === undefined) return;
+    sink({
+      type: 'http-response',
+      index: p.index,
+      method: p.method,
+      path: p.path,
+      host: p.host,
+      status,
+      ttfbMs: p.ttfbMs ?? nowMs - p.startMs,
+      atMs: nowMs,
+    });
   }
 
   #messageEnd(d: Direction, nowMs: number): void {
@@ -665,7 +619,7 @@ export class Http1Sniffer implements Sniffer {
     p.nextPending = undefined;
     if (this.#pending === undefined) this.#lastPending = undefined;
     this.#pendingCount--;
-    if (nowMs !== undefined) p.durationMs = small(nowMs - p.startMs);
+    if (nowMs !== undefined) p.durationMs = nowMs - p.startMs;
   }
 
   #exchangeList(): HttpExchange[] {
@@ -678,40 +632,6 @@ export class Http1Sniffer implements Sniffer {
     // The first reason stays (a stop ends the parse: no second one follows).
     this.#stoppedBy ??= why;
   }
-}
-
-/** The event of `type` about request `x` (as an HttpEventSink is told of it). */
-export function httpEvent(type: 'http-request' | 'http-response', x: HttpHead): SniffEvent {
-  if (type === 'http-request') {
-    return {
-      type,
-      index: x.index,
-      method: x.method,
-      path: x.path,
-      version: x.version,
-      host: x.host,
-      atMs: x.startMs,
-    };
-  }
-  return {
-    type,
-    index: x.index,
-    method: x.method,
-    path: x.path,
-    host: x.host,
-    status: x.status!,
-    ttfbMs: x.ttfbMs ?? x.respondedMs - x.startMs,
-    atMs: x.respondedMs,
-  };
-}
-
-/**
- * `ms` unchanged, typed as a small integer when it is one: stored so, it is no heap number of its own (which a
- * reused exchange would keep through a scavenge).
- */
-function small(ms: number): number {
-  const i = ms | 0;
-  return i === ms ? i : ms;
 }
 
 /** `HTTP/d.d` at b[s, e)? */

@@ -212,29 +212,6 @@ export type SniffEvent =
 export type SniffEventSink = (event: SniffEvent) => void;
 
 /**
- * An HTTP/1 request as its two events are built from it (http1.ts's exchange, httpEvent()): what the
- * request head said, and what the response head said once it came. None of it changes after its event.
- */
-export interface HttpHead {
-  readonly index: number;
-  readonly method: string;
-  readonly path: string;
-  readonly version: string;
-  readonly host: string | undefined;
-  readonly startMs: number;
-  readonly status: number | undefined;
-  readonly ttfbMs: number | undefined;
-  /** When the final (or 101) response head ended: the http-response event's time (0 before). */
-  readonly respondedMs: number;
-}
-
-/**
- * Receives HTTP/1 events as the request they are about, without an event object: a sink that keeps
- * events builds one only when someone reads them (httpEvent). Cheap, must not throw.
- */
-export type HttpEventSink = (type: 'http-request' | 'http-response', request: HttpHead) => void;
-
-/**
  * Watches the bytes of one connection without delaying or changing them. The relay hands each chunk
  * over synchronously just after writing it on; the sniffer never keeps a reference to a chunk past
  * the call, so the relay may reuse its read buffer. Never throws on any input; memory is bounded.
@@ -248,17 +225,6 @@ export interface Sniffer {
   readonly done: boolean;
   /** A fresh snapshot of what is known so far (also after done). */
   info(): AppInfo;
-  /**
-   * No byte will come any more (the connection closed): lets go of what only parsing needed. True when it
-   * is then small and info() no longer changes, so that a closed connection's record may keep the sniffer
-   * and read info() when asked; false or absent: the record keeps a copy of info() instead.
-   */
-  end?(): boolean;
-  /**
-   * After end() returned true: nobody will read it any more (its closed connection's record is gone), so
-   * it may be reused for another connection. Never called twice, nor with the sniffer still in use.
-   */
-  recycle?(): void;
 }
 
 /** Limits every per-protocol sniffer takes from createSniffer. */
@@ -268,6 +234,4 @@ export type SniffLimits = {
   /** Keep parsing after maxRequests to count (and emit events for) the rest, instead of becoming done. */
   readonly keepCounting: boolean;
   readonly onEvent: SniffEventSink | undefined;
-  /** HTTP/1's events; sniffLimits() makes it hand onEvent the event objects when not given. */
-  readonly onHttp?: HttpEventSink | undefined;
 };
