@@ -65,8 +65,9 @@ test('a proxied connection makes no SO_ERROR, TCP_CORK or end-of-stream peek cal
     strace.once('error', resolve);
   });
   assert.equal(spawned, undefined, 'strace is installed (CI: .ci/run installs it)');
-  // Attached once strace says so for the main thread.
-  await waitFor(() => /attached/.test(straceErr), 10_000, 'strace attached');
+  // Attached once strace says so for the main thread (its thread id is the process id).
+  const mainAttached = new RegExp(`Process ${proxy.child.pid} attached`);
+  await waitFor(() => mainAttached.test(straceErr), 10_000, 'strace attached to the main thread');
   for (let i = 0; i < CONNECTIONS; i++) assert.equal(await roundTrip(proxy.ports.proxy), 'pod');
   // The relay's last events (the client's close) come after the client's 'close'.
   await new Promise((r) => setTimeout(r, 200));
