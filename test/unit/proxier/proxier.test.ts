@@ -249,6 +249,18 @@ class CountingLoopGuard extends LoopGuard {
   }
 }
 
+/** A proxier harness with 200 service ports (`s0`…`s199`), each with one pod on `port`; its loop guard counts. */
+function twoHundredServicePorts(port: number) {
+  let guard = new CountingLoopGuard({ nodePorts: false, portals: false });
+  const h = harness({}, new Map(), 1000, undefined, {
+    loopGuard: (options) => (guard = new CountingLoopGuard(options)),
+    localAddresses: () => [],
+  });
+  for (let i = 0; i < 200; i++)
+    h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.1.${i}`] }), [ep(`10.1.0.${i}`, port)]);
+  return { h, guard: () => guard };
+}
+
 type Harness = {
   proxier: Proxier;
   source: ScriptedSource;
@@ -367,41 +379,29 @@ const cases: { name: string; run(t: test.TestContext): Promise<void> }[] = [
   {
     name: 'one service port added among 200, or one endpoint change: only its endpoints are filtered, not the others',
     async run() {
-      let guard = new CountingLoopGuard({ nodePorts: false, portals: false });
-      const h = harness({}, new Map(), 1000, undefined, {
-        loopGuard: (options) => (guard = new CountingLoopGuard(options)),
-        localAddresses: () => [],
-      });
-      for (let i = 0; i < 200; i++)
-        h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.1.${i}`] }), [ep(`10.1.0.${i}`, 8080)]);
+      const { h, guard } = twoHundredServicePorts(8080);
       await h.sync();
       assert.equal(h.proxier.status().length, 200);
-      guard.filtered.clear();
+      guard().filtered.clear();
       h.source.set(servicePort('new', { clusterIPs: ['10.96.2.1'] }), [ep('10.2.0.1', 8080)]);
       await h.sync();
-      assert.deepEqual([...guard.filtered.keys()], [keyOf('new')], 'the 200 others are not looked at');
-      guard.filtered.clear();
+      assert.deepEqual([...guard().filtered.keys()], [keyOf('new')], 'the 200 others are not looked at');
+      guard().filtered.clear();
       h.source.setEndpoints(keyOf('s7'), [ep('10.1.0.7', 8080), ep('10.1.1.7', 8080)]);
       assert.notEqual(h.proxier.applyEndpointChanges(), undefined);
-      assert.deepEqual([...guard.filtered.keys()], [keyOf('s7')]);
+      assert.deepEqual([...guard().filtered.keys()], [keyOf('s7')]);
     },
   },
   {
     name: "the 200 others list pods on port 80, a new ClusterIP's port: only the list that names that ClusterIP is filtered again",
     async run() {
-      let guard = new CountingLoopGuard({ nodePorts: false, portals: false });
-      const h = harness({}, new Map(), 1000, undefined, {
-        loopGuard: (options) => (guard = new CountingLoopGuard(options)),
-        localAddresses: () => [],
-      });
-      for (let i = 0; i < 200; i++)
-        h.source.set(servicePort(`s${i}`, { clusterIPs: [`10.96.1.${i}`] }), [ep(`10.1.0.${i}`, 80)]);
+      const { h, guard } = twoHundredServicePorts(80);
       h.source.set(servicePort('lists'), [ep('10.1.1.1', 80), ep('10.96.2.1', 80)]);
       await h.sync();
-      guard.filtered.clear();
+      guard().filtered.clear();
       h.source.set(servicePort('new', { clusterIPs: ['10.96.2.1'] }), [ep('10.2.0.1', 80)]);
       await h.sync();
-      assert.deepEqual([...guard.filtered.keys()].sort(), [keyOf('lists'), keyOf('new')].sort());
+      assert.deepEqual([...guard().filtered.keys()].sort(), [keyOf('lists'), keyOf('new')].sort());
       assert.deepEqual(h.proxier.get(keyOf('lists'))?.loopEndpoints, ['10.96.2.1:80'], "new's ClusterIP");
     },
   },
