@@ -181,8 +181,17 @@ static void on_epoll(uv_poll_t* handle, int status, int events) {
   do n = epoll_wait(g_epfd, batch, EVENT_BATCH, 0);
   while (n < 0 && errno == EINTR);
   batch_scope_t wake = {NULL, NULL};
-  for (int i = 0; i < n; i++)
-    accept_batch((int32_t)(batch[i].data.u64 & 0xffffffffu), (uint32_t)(batch[i].data.u64 >> 32), &wake);
+  for (int i = 0; i < n; i++) {
+    int32_t s = (int32_t)(batch[i].data.u64 & 0xffffffffu);
+    uint32_t gen = (uint32_t)(batch[i].data.u64 >> 32);
+    // As libuv's uv_poll on an error: the listener is no longer watched, and JavaScript is not told.
+    if ((batch[i].events & EPOLLERR) != 0) {
+      int lfd = slot_fd(s, gen);
+      if (lfd >= 0) epoll_ctl(g_epfd, EPOLL_CTL_DEL, lfd, NULL);
+      continue;
+    }
+    accept_batch(s, gen, &wake);
+  }
   batch_scope_close(g_env, &wake);
 }
 
