@@ -32,8 +32,8 @@ export function processMallocTrim(): MallocTrimSupport {
 /**
  * The free memory a malloc arena keeps at its top at most. glibc raises its threshold as large blocks are
  * freed (to twice the largest, up to 64 MiB), and malloc_trim() gives back the top of the main arena
- * only: after a cold start a thread's arena (V8's, libuv's) kept up to ~7 MiB more, or not, from one start
- * to the next (RSS at one service port 87.5-95.7 MB; 85.4-86.1 with this).
+ * only: after a cold start a helper thread's arena (V8's or libuv's) kept up to ~7 MiB more, or not,
+ * from one start to the next (RSS at one service port 87.5-95.7 MB; 85.6-86.1 with this).
  */
 export const TRIM_THRESHOLD = 1024 * 1024;
 
