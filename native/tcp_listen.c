@@ -2,14 +2,17 @@
 // (src/relay/tcp-accept.ts says when and why).
 //
 // listen() makes the socket as Node's server.listen() would (SO_REUSEADDR, SO_REUSEPORT when asked,
-// IPV6_V6ONLY when asked, bind, listen with the caller's backlog) and watches it with uv_poll; TCP_NODELAY
-// is set on it, so every accepted socket has it from accept4() on (Linux copies it). Each wake accepts up
-// to ACCEPT_BATCH connections with accept4(), which gives the peer's address too (no getpeername), and
-// calls JavaScript once per connection: onAccept(owner, fd, address, port); the descriptor is then
-// JavaScript's. A wake's calls share one callback scope (batch_scope.h). Running out of descriptors
-// (EMFILE, ENFILE) is told once per wake, onError(owner, -errno), and what waits in the queue is shed as
-// libuv does (its reserve-descriptor trick: closes a spare, accepts and closes, reopens it), so the
-// socket does not stay readable. close() stops and closes it at once.
+// IPV6_V6ONLY when asked, bind, listen with the caller's backlog) and adds it to one epoll set of the
+// addon's own, which Node's loop watches as one descriptor (one uv_poll for every listener, as
+// tcp_relay.c's set for relays): a listener is a descriptor and a slot here, no handle of its own
+// (a uv_poll_t, an external and two Node-API references each cost ~0.55 KiB a listener outside the
+// heap). TCP_NODELAY is set on it, so every accepted socket has it from accept4() on (Linux copies it).
+// Each wake accepts up to ACCEPT_BATCH connections a listener with accept4(), which gives the peer's
+// address too (no getpeername), and calls JavaScript once per connection: onAccept(id, fd, address,
+// port); the descriptor is then JavaScript's. A wake's calls share one callback scope (batch_scope.h).
+// Running out of descriptors (EMFILE, ENFILE) is told once per wake, onError(id, -errno), and what waits
+// in the queue is shed as libuv does (its reserve-descriptor trick: closes a spare, accepts and closes,
+// reopens it), so the socket does not stay readable. close() takes it out and closes it at once.
 //
 // Node-API for everything JavaScript sees; libuv (uv.h from the same headers) only for the loop.
 #define _GNU_SOURCE  // accept4
@@ -19,8 +22,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <node_api.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
@@ -30,46 +35,89 @@
 
 // Connections accepted per wake at most, so that one busy port does not hold the loop.
 #define ACCEPT_BATCH 128
+// Listeners whose events one wake takes at most (libuv comes back while the set stays readable).
+#define EVENT_BATCH 128
 
+// A listener's slot; its index is the listener's id for JavaScript while it listens.
 typedef struct {
-  uv_poll_t poll;
-  int fd;
-  int closed;         // close() called: it accepts no more
-  int handleClosed;   // its poll's close callback ran
-  int collected;      // its external was collected
-  napi_ref owner;
+  int fd;             // -1: free
+  uint32_t gen;       // bumped at each close: a later event of the slot's former listener is dropped
+  int32_t nextFree;   // free slots are chained
 } listener_t;
 
 static napi_env g_env;
 static napi_ref g_on_accept;
 static napi_ref g_on_error;
+static napi_ref g_batch_resource;  // the callback scopes' resource (one object for every listener)
 static napi_async_context g_async;
 static uv_loop_t* g_loop;
 static int g_reserve = -1;  // a spare descriptor, given up to shed connections when none is left
+static int g_epfd = -1;     // the listeners' epoll set
+static uv_poll_t g_epoll;   // Node's loop watching it; holds the loop while listeners are open, as their polls did
+static listener_t* g_slots;
+static int32_t g_slot_count;
+static int32_t g_free_head = -1;
+static int32_t g_open;
 
-// Calls `fn_ref` with argv (argv[0], the owner, is `this`) in the wake's callback scope (batch_scope.h). A
-// throw is the process's uncaught exception.
+static int32_t slot_take(int fd) {
+  if (g_free_head < 0) {
+    int32_t n = g_slot_count == 0 ? 64 : g_slot_count * 2;
+    listener_t* slots = realloc(g_slots, sizeof *slots * (size_t)n);
+    if (slots == NULL) return -1;
+    g_slots = slots;
+    for (int32_t i = n - 1; i >= g_slot_count; i--) {
+      g_slots[i].fd = -1;
+      g_slots[i].gen = 0;
+      g_slots[i].nextFree = g_free_head;
+      g_free_head = i;
+    }
+    g_slot_count = n;
+  }
+  int32_t s = g_free_head;
+  g_free_head = g_slots[s].nextFree;
+  g_slots[s].fd = fd;
+  if (g_open++ == 0) uv_ref((uv_handle_t*)&g_epoll);
+  return s;
+}
+
+static void slot_free(int32_t s) {
+  g_slots[s].fd = -1;
+  g_slots[s].gen++;
+  g_slots[s].nextFree = g_free_head;
+  g_free_head = s;
+  if (--g_open == 0) uv_unref((uv_handle_t*)&g_epoll);
+}
+
+// The open listener `s` of generation `gen` (gen < 0: any): its descriptor, or -1.
+static int slot_fd(int64_t s, int64_t gen) {
+  if (s < 0 || s >= g_slot_count || g_slots[s].fd < 0) return -1;
+  if (gen >= 0 && g_slots[s].gen != (uint32_t)gen) return -1;
+  return g_slots[s].fd;
+}
+
+// Calls `fn_ref` with argv in the wake's callback scope (batch_scope.h). A throw is the process's
+// uncaught exception.
 static void call(napi_ref fn_ref, size_t argc, napi_value* argv) {
   napi_env env = g_env;
-  napi_value fn, result;
+  napi_value fn, recv, result;
   napi_get_reference_value(env, fn_ref, &fn);
-  if (napi_call_function(env, argv[0], fn, argc, argv, &result) == napi_pending_exception) {
+  napi_get_undefined(env, &recv);
+  if (napi_call_function(env, recv, fn, argc, argv, &result) == napi_pending_exception) {
     napi_value err;
     napi_get_and_clear_last_exception(env, &err);
     napi_fatal_exception(env, err);
   }
 }
 
-
-static void notify_accept(listener_t* l, batch_scope_t* w, int fd, const struct sockaddr_storage* addr) {
+static void notify_accept(int32_t s, batch_scope_t* w, int fd, const struct sockaddr_storage* addr) {
   char text[INET6_ADDRSTRLEN];
   int port = sockaddr_text(addr, text);
   napi_env env = g_env;
-  batch_scope_open(env, w, l->owner, g_async);
+  batch_scope_open(env, w, g_batch_resource, g_async);
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
   napi_value argv[4];
-  napi_get_reference_value(env, l->owner, &argv[0]);
+  napi_create_int32(env, s, &argv[0]);
   napi_create_int32(env, fd, &argv[1]);
   napi_create_string_latin1(env, text, NAPI_AUTO_LENGTH, &argv[2]);
   napi_create_int32(env, port, &argv[3]);
@@ -77,66 +125,74 @@ static void notify_accept(listener_t* l, batch_scope_t* w, int fd, const struct 
   napi_close_handle_scope(env, scope);
 }
 
-static void notify_error(listener_t* l, batch_scope_t* w, int err) {
+static void notify_error(int32_t s, batch_scope_t* w, int err) {
   napi_env env = g_env;
-  batch_scope_open(env, w, l->owner, g_async);
+  batch_scope_open(env, w, g_batch_resource, g_async);
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
   napi_value argv[2];
-  napi_get_reference_value(env, l->owner, &argv[0]);
+  napi_create_int32(env, s, &argv[0]);
   napi_create_int32(env, -err, &argv[1]);
   call(g_on_error, 2, argv);
   napi_close_handle_scope(env, scope);
 }
 
 // No descriptor for the next connection: the spare one makes room to accept and close what waits.
-static void shed(listener_t* l) {
+static void shed(int lfd) {
   if (g_reserve < 0) return;
   close(g_reserve);
   g_reserve = -1;
   for (int i = 0; i < ACCEPT_BATCH; i++) {
-    int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) break;
     close(fd);
   }
   g_reserve = open("/", O_RDONLY | O_CLOEXEC);
 }
 
-static void on_poll(uv_poll_t* handle, int status, int events) {
-  listener_t* l = (listener_t*)handle;
-  (void)events;
-  if (status < 0) return;
-  batch_scope_t wake = {NULL, NULL};
-  for (int i = 0; i < ACCEPT_BATCH && !l->closed; i++) {
+// One listener's wake: up to ACCEPT_BATCH connections, while JavaScript keeps it open.
+static void accept_batch(int32_t s, uint32_t gen, batch_scope_t* wake) {
+  for (int i = 0; i < ACCEPT_BATCH; i++) {
+    // Looked up again each time: JavaScript may close it (or open others, moving the slots) in a call.
+    int lfd = slot_fd(s, gen);
+    if (lfd < 0) break;
     struct sockaddr_storage addr;
     socklen_t len = sizeof addr;
-    int fd = accept4(l->fd, (struct sockaddr*)&addr, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(lfd, (struct sockaddr*)&addr, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       int err = errno;
       if (err == EINTR || err == ECONNABORTED) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) break;
-      if (err == EMFILE || err == ENFILE) shed(l);
-      notify_error(l, &wake, err);
+      if (err == EMFILE || err == ENFILE) shed(lfd);
+      notify_error(s, wake, err);
       break;
     }
-    notify_accept(l, &wake, fd, &addr);
+    notify_accept(s, wake, fd, &addr);
+  }
+}
+
+// The epoll set is readable: every listener with connections waiting, at most EVENT_BATCH a wake.
+static void on_epoll(uv_poll_t* handle, int status, int events) {
+  (void)handle;
+  (void)events;
+  if (status < 0) return;
+  struct epoll_event batch[EVENT_BATCH];
+  int n;
+  do n = epoll_wait(g_epfd, batch, EVENT_BATCH, 0);
+  while (n < 0 && errno == EINTR);
+  batch_scope_t wake = {NULL, NULL};
+  for (int i = 0; i < n; i++) {
+    int32_t s = (int32_t)(batch[i].data.u64 & 0xffffffffu);
+    uint32_t gen = (uint32_t)(batch[i].data.u64 >> 32);
+    // As libuv's uv_poll on an error: the listener is no longer watched, and JavaScript is not told.
+    if ((batch[i].events & EPOLLERR) != 0) {
+      int lfd = slot_fd(s, gen);
+      if (lfd >= 0) epoll_ctl(g_epfd, EPOLL_CTL_DEL, lfd, NULL);
+      continue;
+    }
+    accept_batch(s, gen, &wake);
   }
   batch_scope_close(g_env, &wake);
-}
-
-// Freed once both its poll is closed and its external is gone.
-static void on_closed(uv_handle_t* handle) {
-  listener_t* l = (listener_t*)handle;
-  l->handleClosed = 1;
-  if (l->collected) free(l);
-}
-
-static void on_collected(napi_env env, void* data, void* hint) {
-  (void)env;
-  (void)hint;
-  listener_t* l = data;
-  l->collected = 1;
-  if (l->handleClosed) free(l);
 }
 
 static int32_t int_arg(napi_env env, napi_value v) {
@@ -151,12 +207,11 @@ static napi_value int_result(napi_env env, int32_t value) {
   return out;
 }
 
-// The listener behind an external from listen(); NULL when it is none or closed.
-static listener_t* listener_of(napi_env env, napi_value v) {
-  void* data = NULL;
-  if (napi_get_value_external(env, v, &data) != napi_ok) return NULL;
-  listener_t* l = data;
-  return l == NULL || l->closed ? NULL : l;
+// The descriptor of the open listener whose id is `v`, or -1.
+static int listener_fd(napi_env env, napi_value v) {
+  int64_t id = -1;
+  if (napi_get_value_int64(env, v, &id) != napi_ok) return -1;
+  return slot_fd(id, -1);
 }
 
 // setup(onAccept, onError): the callbacks of every listener; once per process (or again).
@@ -165,32 +220,47 @@ static napi_value Setup(napi_env env, napi_callback_info info) {
   napi_value argv[2];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 2) return int_result(env, -EINVAL);
+  napi_get_uv_event_loop(env, &g_loop);
+  if (g_epfd < 0) {
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    if (fd < 0) return int_result(env, -errno);
+    int err = uv_poll_init(g_loop, &g_epoll, fd);
+    if (err != 0) {
+      close(fd);
+      return int_result(env, err);
+    }
+    g_epfd = fd;
+    uv_poll_start(&g_epoll, UV_READABLE, on_epoll);
+    uv_unref((uv_handle_t*)&g_epoll);
+  }
   if (g_on_accept != NULL) napi_delete_reference(env, g_on_accept);
   if (g_on_error != NULL) napi_delete_reference(env, g_on_error);
   napi_create_reference(env, argv[0], 1, &g_on_accept);
   napi_create_reference(env, argv[1], 1, &g_on_error);
   if (g_async == NULL) {
-    napi_value name;
+    napi_value name, resource;
     napi_create_string_utf8(env, "kup.tcpListen", NAPI_AUTO_LENGTH, &name);
     napi_async_init(env, NULL, name, &g_async);
+    napi_create_object(env, &resource);
+    napi_create_reference(env, resource, 1, &g_batch_resource);
   }
   if (g_reserve < 0) g_reserve = open("/", O_RDONLY | O_CLOEXEC);
   g_env = env;
-  napi_get_uv_event_loop(env, &g_loop);
   return int_result(env, 0);
 }
 
-// listen(owner, host, port, backlog, ipv6Only, reusePort): an external (the listener), or -errno
-// (-EINVAL: the host is no IP address).
+// listen(host, port, backlog, ipv6Only, reusePort): the listener's id (>= 0: the id of its accepts and
+// errors, for port() and close(); another listener's once it is closed), or -errno (-EINVAL: the host is
+// no IP address).
 static napi_value Listen(napi_env env, napi_callback_info info) {
-  size_t argc = 6;
-  napi_value argv[6];
+  size_t argc = 5;
+  napi_value argv[5];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 6 || g_on_accept == NULL) return int_result(env, -EINVAL);
+  if (argc < 5 || g_on_accept == NULL) return int_result(env, -EINVAL);
   char host[INET6_ADDRSTRLEN];
   size_t n = 0;
-  if (napi_get_value_string_utf8(env, argv[1], host, sizeof host, &n) != napi_ok) return int_result(env, -EINVAL);
-  int32_t port = int_arg(env, argv[2]);
+  if (napi_get_value_string_utf8(env, argv[0], host, sizeof host, &n) != napi_ok) return int_result(env, -EINVAL);
+  int32_t port = int_arg(env, argv[1]);
   if (port < 0 || port > 65535) return int_result(env, -EINVAL);
   struct sockaddr_storage addr;
   socklen_t len;
@@ -214,60 +284,58 @@ static napi_value Listen(napi_env env, napi_callback_info info) {
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   int err = 0;
-  if (int_arg(env, argv[5]) == 1 && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) err = errno;
+  if (int_arg(env, argv[4]) == 1 && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) err = errno;
   if (err == 0 && addr.ss_family == AF_INET6) {
-    int v6only = int_arg(env, argv[4]) == 1;
+    int v6only = int_arg(env, argv[3]) == 1;
     if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only) != 0) err = errno;
   }
   if (err == 0 && bind(fd, (struct sockaddr*)&addr, len) != 0) err = errno;
-  if (err == 0 && listen(fd, int_arg(env, argv[3])) != 0) err = errno;
-  listener_t* l = err == 0 ? calloc(1, sizeof *l) : NULL;
-  if (l == NULL) {
-    close(fd);
-    return int_result(env, -(err != 0 ? err : ENOMEM));
+  if (err == 0 && listen(fd, int_arg(env, argv[2])) != 0) err = errno;
+  int32_t s = err == 0 ? slot_take(fd) : -1;
+  if (err == 0 && s < 0) err = ENOMEM;
+  if (err == 0) {
+    // epoll may refuse it (the per-user watch limit): an error as bind's, not a listener never woken.
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)g_slots[s].gen << 32 | (uint32_t)s};
+    if (epoll_ctl(g_epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      err = errno;
+      slot_free(s);
+    }
   }
-  l->fd = fd;
-  // epoll may refuse it (the per-user watch limit): an error as bind's, not a poll that was never made.
-  err = uv_poll_init_socket(g_loop, &l->poll, fd);
   if (err != 0) {
-    free(l);
     close(fd);
-    return int_result(env, err);
+    return int_result(env, -err);
   }
-  napi_create_reference(env, argv[0], 1, &l->owner);
-  uv_poll_start(&l->poll, UV_READABLE, on_poll);
-  napi_value out;
-  napi_create_external(env, l, on_collected, NULL, &out);
-  return out;
+  return int_result(env, s);
 }
 
-// port(listener): the port it is bound to (getsockname), or -errno.
+// port(id): the port a listener is bound to (getsockname), or -errno.
 static napi_value Port(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  listener_t* l = argc < 1 ? NULL : listener_of(env, argv[0]);
-  if (l == NULL) return int_result(env, -EBADF);
+  int fd = argc < 1 ? -1 : listener_fd(env, argv[0]);
+  if (fd < 0) return int_result(env, -EBADF);
   struct sockaddr_storage addr;
   socklen_t len = sizeof addr;
-  if (getsockname(l->fd, (struct sockaddr*)&addr, &len) != 0) return int_result(env, -errno);
+  if (getsockname(fd, (struct sockaddr*)&addr, &len) != 0) return int_result(env, -errno);
   in_port_t port = addr.ss_family == AF_INET6 ? ((struct sockaddr_in6*)&addr)->sin6_port
                                               : ((struct sockaddr_in*)&addr)->sin_port;
   return int_result(env, ntohs(port));
 }
 
-// close(listener): stops accepting and closes the socket now (the port is free at once); 0 or -EBADF.
+// close(id): stops accepting and closes the socket now (the port is free at once); 0 or -EBADF. The
+// listener's events already taken by a wake are dropped (its slot's generation moved on).
 static napi_value Close(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  listener_t* l = argc < 1 ? NULL : listener_of(env, argv[0]);
-  if (l == NULL) return int_result(env, -EBADF);
-  l->closed = 1;
-  uv_close((uv_handle_t*)&l->poll, on_closed);
-  close(l->fd);
-  napi_delete_reference(env, l->owner);
-  l->owner = NULL;
+  int64_t id = -1;
+  if (argc < 1 || napi_get_value_int64(env, argv[0], &id) != napi_ok || slot_fd(id, -1) < 0)
+    return int_result(env, -EBADF);
+  int fd = g_slots[id].fd;
+  epoll_ctl(g_epfd, EPOLL_CTL_DEL, fd, NULL);
+  close(fd);
+  slot_free((int32_t)id);
   return int_result(env, 0);
 }
 

@@ -10,26 +10,22 @@
 import { getSystemErrorMessage, getSystemErrorName } from 'node:util';
 import { type AddonSupport, loadAddon } from '../lib/native-addon.ts';
 
-/** native/tcp_listen.c. A listener is an opaque handle (an external). */
+/**
+ * native/tcp_listen.c. A listener is an id (>= 0) from listen() until close(); after it the id may be
+ * another listener's.
+ */
 export interface TcpListenCalls {
   /** The functions every listener calls: one per accepted connection, one per accept error. */
   setup(
-    onAccept: (this: object, owner: object, fd: number, address: string, port: number) => void,
-    onError: (this: object, owner: object, errno: number) => void,
+    onAccept: (id: number, fd: number, address: string, port: number) => void,
+    onError: (id: number, errno: number) => void,
   ): number;
-  /** Binds and listens as server.listen() would; the listener, or -errno. */
-  listen(
-    owner: object,
-    host: string,
-    port: number,
-    backlog: number,
-    ipv6Only: number,
-    reusePort: number,
-  ): object | number;
+  /** Binds and listens as server.listen() would; the listener's id, or -errno. */
+  listen(host: string, port: number, backlog: number, ipv6Only: number, reusePort: number): number;
   /** The port a listener is bound to, or -errno. */
-  port(listener: object): number;
+  port(id: number): number;
   /** Stops accepting and closes the listening socket now; 0 or -EBADF. */
-  close(listener: object): number;
+  close(id: number): number;
   /** The address and port an accepted connection arrived at. */
   localName(fd: number): [string, number] | undefined;
   /** Closes an accepted connection that was turned away (with RST when reset is 1). */
@@ -85,21 +81,46 @@ export function systemError(
   return err;
 }
 
-function onAccept(owner: object, fd: number, address: string, port: number): void {
-  (owner as AcceptOwner).accepted(fd, address, port);
-}
-
-function onError(owner: object, errno: number): void {
-  (owner as AcceptOwner).acceptFailed(systemError(errno, 'accept'));
-}
-
-/** The addon with its callbacks registered; shared by every listener of the process. */
+/**
+ * The addon with its callbacks registered; shared by every listener of the process. It keeps each open
+ * listener's owner by id (a slot of an array, where a Node-API reference a listener cost ~0.1 KiB).
+ */
 export class TcpAccept {
   readonly calls: TcpListenCalls;
+  /** The owner of each open listener, by id. */
+  readonly #owners: (AcceptOwner | undefined)[] = [];
 
   constructor(calls: TcpListenCalls) {
     this.calls = calls;
-    calls.setup(onAccept, onError);
+    const owners = this.#owners;
+    calls.setup(
+      (id, fd, address, port) => owners[id]!.accepted(fd, address, port),
+      (id, errno) => owners[id]!.acceptFailed(systemError(errno, 'accept')),
+    );
+  }
+
+  /** Binds and listens for `owner` as server.listen() would; the listener's id, or -errno. */
+  listen(
+    owner: AcceptOwner,
+    host: string,
+    port: number,
+    backlog: number,
+    ipv6Only: boolean,
+    reusePort: boolean,
+  ): number {
+    const id = this.calls.listen(host, port, backlog, ipv6Only ? 1 : 0, reusePort ? 1 : 0);
+    if (id >= 0) this.#owners[id] = owner;
+    return id;
+  }
+
+  /** The port listener `id` is bound to, or -errno. */
+  port(id: number): number {
+    return this.calls.port(id);
+  }
+
+  /** Stops listener `id` accepting and closes its socket now; its owner hears nothing more. */
+  close(id: number): void {
+    if (this.calls.close(id) === 0) this.#owners[id] = undefined;
   }
 }
 

@@ -1045,8 +1045,8 @@ function listenerShared(options: TcpRelayOptions, deps: TcpRelayDeps): ListenerS
 export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   /** The net.Server, when the native listener (tcp-accept.ts) is not the one listening. */
   server: net.Server | undefined;
-  /** The native listener while it listens. */
-  #native: object | undefined;
+  /** The native listener's id while it listens; -1: none. */
+  #native = -1;
   /** What it shares with every listener of the same deps and options (getters below). */
   readonly #shared: ListenerShared;
   /** Its open connections (a list of its own from the first accepted on; read only, outside). */
@@ -1204,17 +1204,10 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
 
   #listenNatively(accept: TcpAccept, host: string, port: number, ipv6Only: boolean): Promise<void> {
     const o = this.options;
-    const listener = accept.calls.listen(
-      this,
-      host,
-      port,
-      o.backlog,
-      ipv6Only ? 1 : 0,
-      o.reusePort === true ? 1 : 0,
-    );
-    if (typeof listener === 'number') return Promise.reject(systemError(listener, 'listen', host, port));
-    this.#native = listener;
-    this.#port = port !== 0 ? port : accept.calls.port(listener);
+    const id = accept.listen(this, host, port, o.backlog, ipv6Only, o.reusePort === true);
+    if (id < 0) return Promise.reject(systemError(id, 'listen', host, port));
+    this.#native = id;
+    this.#port = port !== 0 ? port : accept.port(id);
     return Promise.resolve();
   }
 
@@ -1376,9 +1369,9 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   }
 
   #stopListening(): void {
-    if (this.#native !== undefined) {
-      this.accept!.calls.close(this.#native);
-      this.#native = undefined;
+    if (this.#native >= 0) {
+      this.accept!.close(this.#native);
+      this.#native = -1;
     }
     this.server?.close();
   }
