@@ -115,7 +115,8 @@ static char g_static_buf[READ_SIZE];
 static char* g_buf = g_static_buf;
 // The tap's queue: what a batch has for JavaScript about its tapped relays, handed over in one call (see
 // tap_flush). Small chunks are copied into the area after the read buffer, a larger one is handed over
-// from the read buffer at once; each entry is TAP_FIELDS numbers in setupTap()'s Float64Array.
+// from the read buffer at once; each entry is TAP_FIELDS numbers in setupTap()'s Float64Array. The Buffer
+// ends with TAP_COPY_MAX bytes of JavaScript's own (tcp-offload.ts moves a small chunk there for its call).
 #define TAP_AREA 16384
 #define TAP_COPY_MAX 4096
 #define TAP_ENTRIES 64
@@ -1030,7 +1031,7 @@ static napi_value LocalName(napi_env env, napi_callback_info info) {
 
 // setupTap(onTap, info): the callback of the tap's queue (tap_flush: onTap(owners, count)), and `info`, a
 // Float64Array of TAP_FIELDS × TAP_ENTRIES numbers, where its entries are described; returns the Buffer the
-// chunks' offsets point into (the read buffer, then the queue's area).
+// chunks' offsets point into (the read buffer, the queue's area, and TAP_COPY_MAX bytes for JavaScript).
 static napi_value SetupTap(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value argv[2];
@@ -1045,7 +1046,7 @@ static napi_value SetupTap(napi_env env, napi_callback_info info) {
   napi_value buf;
   void* data;
   if (g_tap_buf == NULL) {
-    if (napi_create_buffer(env, READ_SIZE + TAP_AREA, &data, &buf) != napi_ok) return int_result(env, -ENOMEM);
+    if (napi_create_buffer(env, READ_SIZE + TAP_AREA + TAP_COPY_MAX, &data, &buf) != napi_ok) return int_result(env, -ENOMEM);
     napi_create_reference(env, buf, 1, &g_tap_buf);
     g_buf = data;
   } else napi_get_reference_value(env, g_tap_buf, &buf);

@@ -191,6 +191,31 @@ const tapInfo = new Float64Array(TAP_FIELDS * TAP_ENTRIES);
 /** Calls of onTap and the chunks they carried, in this process (a test looks at them). */
 export const tapCalls = { calls: 0, chunks: 0 };
 
+/** The last bytes of tapBuffer, JavaScript's own (native/tcp_relay.c's TAP_COPY_MAX): a small chunk's place. */
+const TAP_STAGE = 4096;
+/** Views of the stage kept for reuse, by length: TAP_VIEWS slots, one length each. */
+const TAP_VIEWS = 64;
+let tapViews: (Buffer | undefined)[] = new Array(TAP_VIEWS);
+
+/**
+ * The chunk at tapBuffer[offset, offset + length). A small one is moved to the stage and read through a
+ * view of the stage kept for its length: a chunk is valid during its call only, the requests and answers
+ * of a Service repeat their lengths, and a new view (a typed array, ~100 bytes) per chunk would be garbage
+ * at once.
+ */
+function tapChunk(offset: number, length: number): Buffer {
+  if (length > TAP_STAGE) return tapBuffer.subarray(offset, offset + length);
+  const stage = tapBuffer.length - TAP_STAGE;
+  tapBuffer.copyWithin(stage, offset, offset + length);
+  const slot = length & (TAP_VIEWS - 1);
+  let view = tapViews[slot];
+  if (view === undefined || view.length !== length) {
+    view = tapBuffer.subarray(stage, stage + length);
+    tapViews[slot] = view;
+  }
+  return view;
+}
+
 /** The tap's queue of a batch, in order: each owner's chunks, its connect, its end, as they happened. */
 function onTap(owners: object[], count: number): void {
   const info = tapInfo;
@@ -199,9 +224,7 @@ function onTap(owners: object[], count: number): void {
     const owner = owners[i] as OffloadOwner;
     const kind = info[f];
     if (kind === Q_TAP) {
-      const offset = info[f + 2]!;
-      const chunk = tapBuffer.subarray(offset, offset + info[f + 3]!);
-      info[f + 4] = owner.relayTapped(info[f + 1]!, chunk) ? 1 : 0;
+      info[f + 4] = owner.relayTapped(info[f + 1]!, tapChunk(info[f + 2]!, info[f + 3]!)) ? 1 : 0;
       tapCalls.chunks++;
     } else if (kind === Q_CONNECTED) owner.attemptEnded(0);
     else owner.relayEnded(closeReasonOf(info[f + 1]!), info[f + 2]!, info[f + 3]!);
@@ -238,7 +261,10 @@ export class TcpOffload {
     this.dial?.setupDial(onConnect);
     const buffer = tap ? calls.setupTap(onTap, tapInfo) : 0;
     this.tap = typeof buffer !== 'number';
-    if (typeof buffer !== 'number') tapBuffer = buffer;
+    if (typeof buffer !== 'number' && buffer !== tapBuffer) {
+      tapBuffer = buffer;
+      tapViews = new Array(TAP_VIEWS);
+    }
   }
 
   /** Bytes from the client and to it since the hand-over (both 0 once it ended). */

@@ -100,3 +100,33 @@ test("a batch's queue reaches each owner in order: its connect, its chunks (whet
     [1, 0, 1],
   );
 });
+
+test('a small tapped chunk is read through a view kept for its length: no Buffer made per chunk', () => {
+  const { chunk, flush } = fakeTap();
+  const chunks: [Buffer, string][] = [];
+  const owner = {
+    relayTapped(_side: number, c: Buffer): boolean {
+      chunks.push([c, c.toString('latin1')]);
+      return true;
+    },
+  };
+  const texts = [
+    'GET /a HTTP/1.1',
+    'GET /b HTTP/1.1',
+    'HTTP/1.1 200',
+    'GET /c HTTP/1.1'.padEnd(15 + 64, 'x'),
+  ];
+  let offset = 65536;
+  for (const text of texts) {
+    chunk(0, offset, text);
+    offset += text.length;
+  }
+  chunk(1, 0, 'y'.repeat(5000)); // larger than the stage: a view of where it is
+  flush(Array(5).fill(owner));
+  assert.deepEqual(
+    chunks.map(([, s]) => s),
+    [...texts, 'y'.repeat(5000)],
+  );
+  assert.equal(chunks[1]![0], chunks[0]![0], 'the same view for the same length');
+  assert.notEqual(chunks[3]![0], chunks[0]![0], 'another length in the same slot');
+});
