@@ -15,12 +15,13 @@
 // given to setup() gets (owner, reason, bytes from the client, bytes to the client); abort() ends one
 // without the callback.
 //
-// The tap: a traced connection is handed over at connect while its sniffer still wants bytes. While a
-// side's tap is on (tap()), each chunk read from it is first written on (the write never waits for
-// JavaScript; with the FIN too when it is the last) and then handed to the callback given to setupTap()
-// as (owner, side, length): the bytes are the first `length` of the Buffer setupTap() returned, the read
-// buffer, valid only during the call (src/trace/sniff/types.ts: a sniffer keeps no chunk). It returns
-// whether the connection still wants bytes; once it says no, both taps are off for good.
+// The tap: a traced connection is dialled (or handed over at connect) while its sniffer still wants bytes.
+// While a side's tap is on (dial()'s `tap`, tap()), each chunk read from it is first written on (the write
+// never waits for JavaScript; with the FIN too when it is the last) and then handed to the callback given
+// to setupTap(), with the other chunks of the batch (tap_flush): the bytes are in the Buffer setupTap()
+// returned, valid only during the call (src/trace/sniff/types.ts: a sniffer keeps no chunk). For each it
+// says whether the connection still wants bytes; once it says no, both taps are off for good. A relay
+// dialled with the tap has its connect and its end told in the same call, in their order.
 //
 // Node-API for everything JavaScript sees; libuv (uv.h from the same headers) only for the loop.
 #define _GNU_SOURCE  // dup3
@@ -100,6 +101,7 @@ struct relay {
   uint32_t stallCheckMs;
   int connecting;  // dialling the endpoint (dial()): the client is not read yet
   int connectErr;  // an attempt that failed before its poll (socket() or connect() itself): reported next turn
+  int queued;      // dialled with the tap: its connect and its end go through the tap's queue in a batch
 };
 
 static napi_env g_env;
@@ -108,9 +110,28 @@ static napi_ref g_on_connect;
 static napi_async_context g_async;
 static uv_loop_t* g_loop;
 static napi_ref g_on_tap;
-static napi_ref g_tap_buf;  // the Buffer whose memory g_buf is, once setupTap() made it
+static napi_ref g_tap_buf;  // the Buffer whose memory g_buf (and the tap's area after it) is, once setupTap() made it
 static char g_static_buf[READ_SIZE];
 static char* g_buf = g_static_buf;
+// The tap's queue: what a batch has for JavaScript about its tapped relays, handed over in one call (see
+// tap_flush). Small chunks are copied into the area after the read buffer, a larger one is handed over
+// from the read buffer at once; each entry is TAP_FIELDS numbers in setupTap()'s Float64Array. The Buffer
+// ends with TAP_COPY_MAX bytes of JavaScript's own (tcp-offload.ts moves a small chunk there for its call).
+#define TAP_AREA 16384
+#define TAP_COPY_MAX 4096
+#define TAP_ENTRIES 64
+#define TAP_FIELDS 5
+enum { Q_TAP = 0, Q_CONNECTED = 1, Q_ENDED = 2 };
+typedef struct {
+  relay_t* relay;  // valid through the batch: a relay's memory is freed by its timer's close callback
+  napi_ref owner;  // the relay's; a Q_ENDED entry's is its own (the relay let go of it), deleted at the flush
+  int kind;
+} queued_t;
+static queued_t g_queue[TAP_ENTRIES];
+static int g_queued;
+static size_t g_area_used;
+static double* g_tap_info;  // setupTap()'s Float64Array, TAP_FIELDS × TAP_ENTRIES
+static napi_ref g_tap_info_ref;
 static relay_t** g_slots;
 static int32_t g_slot_count;
 static int32_t g_free_head = -1;  // free slots are chained through g_next_free
@@ -235,8 +256,11 @@ static void js_end(napi_handle_scope scope) {
   if (scope != NULL) napi_close_handle_scope(g_env, scope);
 }
 
-// The batch is over: its microtasks and ticks run now.
+static void tap_flush(void);
+
+// The batch is over: what the tap's queue holds goes to JavaScript, then its microtasks and ticks run.
 static void batch_end(void) {
+  tap_flush();
   g_batching = 0;
   batch_scope_close(g_env, &g_batch_scope);
 }
@@ -260,20 +284,74 @@ static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* return
   if (returned != NULL) napi_get_value_bool(env, result, returned);
 }
 
-// Hands the chunk just read from `from` (the first n bytes of g_buf) to JavaScript; -1 when the relay
-// ended meanwhile (JavaScript may abort it).
-static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
+// Hands what the queue holds to JavaScript in one call, onTap(owners, count): entry i is owners[i]'s,
+// described by TAP_FIELDS numbers of setupTap()'s array from i × TAP_FIELDS: its kind, then
+//   Q_TAP: side, offset and length of the chunk in setupTap()'s Buffer; JavaScript writes the fifth, 1
+//          while the connection still wants bytes (0: both taps off for good);
+//   Q_CONNECTED: the attempt connected (onConnect(owner, 0) for a relay dialled with the tap);
+//   Q_ENDED: reason, bytes from the client, bytes to it (onEnd's).
+// A traced connection's calls into JavaScript were one a chunk, its connect and its end (four for a short
+// HTTP exchange); in a batch they are one for all the batch's traced relays, whose sniffing runs back to
+// back (what was measured: docs/performance-findings.md, eighth session). Called before any other call
+// into JavaScript, so a connection's calls keep their order, and when the batch ends.
+static void tap_flush(void) {
+  int n = g_queued;
+  if (n == 0) return;
+  g_queued = 0;
+  g_area_used = 0;
   napi_env env = g_env;
   napi_handle_scope scope = js_begin();
-  napi_value argv[3];
-  napi_get_reference_value(env, r->owner, &argv[0]);
-  napi_create_int32(env, from->side, &argv[1]);
-  napi_create_int32(env, (int32_t)n, &argv[2]);
-  bool more = false;
-  call_js(g_on_tap, 3, argv, &more);
+  napi_value argv[2];
+  napi_create_array_with_length(env, (size_t)n, &argv[0]);
+  for (int i = 0; i < n; i++) {
+    napi_value owner;
+    napi_get_reference_value(env, g_queue[i].owner, &owner);
+    napi_set_element(env, argv[0], (uint32_t)i, owner);
+    if (g_queue[i].kind == Q_ENDED) napi_delete_reference(env, g_queue[i].owner);
+  }
+  napi_create_int32(env, n, &argv[1]);
+  call_js(g_on_tap, 2, argv, NULL);
   js_end(scope);
-  if (!more) r->sides[CLIENT].tap = r->sides[UPSTREAM].tap = 0;
-  return r->closing ? -1 : 0;
+  for (int i = 0; i < n; i++) {
+    relay_t* r = g_queue[i].relay;
+    if (g_queue[i].kind == Q_TAP && g_tap_info[i * TAP_FIELDS + 4] == 0 && !r->closing)
+      r->sides[CLIENT].tap = r->sides[UPSTREAM].tap = 0;
+  }
+}
+
+// An entry at the queue's end (the caller made room): its fields, from the second on.
+static double* enqueue(relay_t* r, napi_ref owner, int kind) {
+  int i = g_queued++;
+  g_queue[i].relay = r;
+  g_queue[i].owner = owner;
+  g_queue[i].kind = kind;
+  double* f = g_tap_info + i * TAP_FIELDS;
+  f[0] = kind;
+  f[4] = 0;
+  return f + 1;
+}
+
+// The chunk just read from `from` (the first n bytes of g_buf) for JavaScript: queued, or (a large one, or
+// outside a batch) handed over now from the read buffer; -1 when the relay ended meanwhile (JavaScript may
+// abort it from a flush).
+static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
+  int now = !g_batching || n > TAP_COPY_MAX;
+  if (now || g_queued == TAP_ENTRIES || g_area_used + (size_t)n > TAP_AREA) {
+    tap_flush();
+    if (r->closing) return -1;
+  }
+  double* f = enqueue(r, r->owner, Q_TAP);
+  f[0] = from->side;
+  f[2] = (double)n;
+  if (now) {
+    f[1] = 0;
+    tap_flush();
+    return r->closing ? -1 : 0;
+  }
+  f[1] = (double)(READ_SIZE + g_area_used);
+  memcpy(g_buf + READ_SIZE + g_area_used, g_buf, (size_t)n);
+  g_area_used += (size_t)n;
+  return 0;
 }
 
 // Reads what `from` has and writes it on (and to the tap); -1 after the relay ended. `disconnect`: what
@@ -562,6 +640,16 @@ static void relay_end(relay_t* r, int notify) {
     napi_delete_reference(g_env, owner);
     return;
   }
+  if (r->queued && g_batching) {
+    // With the batch's other calls for traced relays (tap_flush), after this one's chunks.
+    if (g_queued == TAP_ENTRIES) tap_flush();
+    double* f = enqueue(r, owner, Q_ENDED);
+    f[0] = reason;
+    f[1] = r->sides[CLIENT].bytesRead;
+    f[2] = r->sides[CLIENT].bytesWritten;
+    return;
+  }
+  tap_flush();
   napi_env env = g_env;
   napi_handle_scope scope = js_begin();
   napi_value argv[4];
@@ -704,8 +792,20 @@ static napi_value Start(napi_env env, napi_callback_info info) {
 // from there on; -errno; CONNECT_TIMEOUT), and dials the next endpoint on the same slot (redial) or
 // aborts. A retry's socket takes the failed one's descriptor number (dup3).
 
-// onConnect(owner, status); the last thing its caller does (JavaScript may redial or abort from it).
+// onConnect(owner, status); the last thing its caller does (JavaScript may redial or abort from it). A
+// relay dialled with the tap that connected is told in the batch's call for its traced relays (tap_flush),
+// before its first chunks.
 static void notify_connect(relay_t* r, int status) {
+  if (r->queued && status == 0 && g_batching) {
+    if (g_queued == TAP_ENTRIES) {
+      tap_flush();
+      if (r->closing) return;
+    }
+    enqueue(r, r->owner, Q_CONNECTED);
+    return;
+  }
+  tap_flush();
+  if (r->closing) return;
   napi_env env = g_env;
   napi_handle_scope scope = js_begin();
   napi_value argv[2];
@@ -747,7 +847,7 @@ static void connect_done(relay_t* r, int status) {
   if (r->closing) return;  // epoll refused the client (told as the relay's end)
   notify_connect(r, 0);
   // What the client sent meanwhile (a request, mostly) goes now, not a turn of the loop later; after
-  // JavaScript heard of the connect, which may have set the tap or ended the relay.
+  // JavaScript heard of the connect (or it was queued before the chunks), which may have ended the relay.
   side_t* client = &r->sides[CLIENT];
   uint32_t early = client->early;
   client->early = 0;
@@ -826,15 +926,18 @@ static napi_value SetupDial(napi_env env, napi_callback_info info) {
   return int_result(env, 0);
 }
 
-// dial(clientFd, ip, port, owner, connectTimeoutMs, idleMs, halfCloseMs, stallMs, stallCheckMs, take):
+// dial(clientFd, ip, port, owner, connectTimeoutMs, idleMs, halfCloseMs, stallMs, stallCheckMs, take, tap):
 // the relay's slot (>= 0), connecting; or -errno when nothing was started (no socket, no dup: the caller
 // dials the way it did before). The client's descriptor is left to the caller (it closes it), unless
 // `take` is 1 (a descriptor of no socket's, from the native listener): then it is the relay's, no dup.
+// `tap` (as tap()'s mask; setupTap() first) taps it from its first byte, and its connect and its end are
+// told with its chunks (tap_flush).
 static napi_value Dial(napi_env env, napi_callback_info info) {
-  size_t argc = 10;
-  napi_value argv[10];
+  size_t argc = 11;
+  napi_value argv[11];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   int take = argc >= 10 && int_arg(env, argv[9]) == 1;
+  int32_t tap = argc >= 11 && g_on_tap != NULL ? int_arg(env, argv[10]) : 0;
   if (argc < 9 || g_on_end == NULL || g_on_connect == NULL) return int_result(env, -EINVAL);
   int clientFd = int_arg(env, argv[0]);
   if (clientFd < 0) return int_result(env, -EBADF);
@@ -879,6 +982,11 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
   r->halfCloseMs = ms_arg(env, argv[6]);
   r->stallMs = ms_arg(env, argv[7]);
   r->stallCheckMs = ms_arg(env, argv[8]);
+  if (tap > 0) {
+    r->sides[CLIENT].tap = (tap & 1) != 0;
+    r->sides[UPSTREAM].tap = (tap & 2) != 0;
+    r->queued = 1;
+  }
   uv_timer_init(g_loop, &r->timer);
   uv_unref((uv_handle_t*)&r->timer);
   r->timer.data = r;
@@ -921,19 +1029,30 @@ static napi_value LocalName(napi_env env, napi_callback_info info) {
   return local_name_js(env, r == NULL ? -1 : r->sides[UPSTREAM].fd);
 }
 
-// setupTap(onTap): the callback of every tapped chunk; returns the read buffer whose first bytes it is.
+// setupTap(onTap, info): the callback of the tap's queue (tap_flush: onTap(owners, count)), and `info`, a
+// Float64Array of TAP_FIELDS × TAP_ENTRIES numbers, where its entries are described; returns the Buffer the
+// chunks' offsets point into (the read buffer, the queue's area, and TAP_COPY_MAX bytes for JavaScript).
 static napi_value SetupTap(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
+  size_t argc = 2;
+  napi_value argv[2];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 1 || g_on_end == NULL) return int_result(env, -EINVAL);
+  if (argc < 2 || g_on_end == NULL) return int_result(env, -EINVAL);
+  double* fields;
+  size_t length;
+  napi_typedarray_type type;
+  if (napi_get_typedarray_info(env, argv[1], &type, &length, (void**)&fields, NULL, NULL) != napi_ok ||
+      type != napi_float64_array || length < TAP_FIELDS * TAP_ENTRIES)
+    return int_result(env, -EINVAL);
   napi_value buf;
   void* data;
   if (g_tap_buf == NULL) {
-    if (napi_create_buffer(env, READ_SIZE, &data, &buf) != napi_ok) return int_result(env, -ENOMEM);
+    if (napi_create_buffer(env, READ_SIZE + TAP_AREA + TAP_COPY_MAX, &data, &buf) != napi_ok) return int_result(env, -ENOMEM);
     napi_create_reference(env, buf, 1, &g_tap_buf);
     g_buf = data;
   } else napi_get_reference_value(env, g_tap_buf, &buf);
+  if (g_tap_info_ref != NULL) napi_delete_reference(env, g_tap_info_ref);
+  napi_create_reference(env, argv[1], 1, &g_tap_info_ref);
+  g_tap_info = fields;
   if (g_on_tap != NULL) napi_delete_reference(env, g_on_tap);
   napi_create_reference(env, argv[0], 1, &g_on_tap);
   return buf;

@@ -16,9 +16,10 @@
 // JavaScript still picks every endpoint and decides every retry: it hears of each attempt once.
 // KUP_TCP_DIAL=off dials with net.connect (then hands over, as before).
 //
-// A traced connection (its sniffer wants the first requests) is handed over at connect too, with the
-// tap on: the relay writes each chunk on and then hands it to the owner's relayTapped() as a view of its
-// read buffer, until the sniffer is done. Two sockets and their streams cost an idle traced keep-alive
+// A traced connection (its sniffer wants the first requests) is dialled (or handed over at connect) with
+// the tap on: the relay writes each chunk on and then hands it to the owner's relayTapped() as a view of
+// its buffer, until the sniffer is done; the chunks of an epoll batch, and the connects and ends of the
+// relays dialled with the tap, in one call (onTap). Two sockets and their streams cost an idle traced keep-alive
 // connection ~4 KiB, and Node's streams ~10 % of a short traced connection's CPU (issue 14). With
 // KUP_TCP_TAP=off a sniffed connection stays in JavaScript until its sniffer is done, as before.
 import { getSystemErrorName } from 'node:util';
@@ -52,11 +53,14 @@ export interface TcpRelayCalls {
   /** Relays running. */
   active(): number;
   /**
-   * The callback of every tapped chunk: (owner, side: 0 client / 1 endpoint, length), whether the
-   * connection still wants bytes. Returns the read buffer: a chunk is its first `length` bytes, during
-   * the call only.
+   * The callback of the tap's queue, once a batch: `count` entries, the i-th owners[i]'s, described by
+   * TAP_FIELDS numbers of `info` from i × TAP_FIELDS (see onTap). Returns the Buffer a chunk's offset
+   * points into (valid during the call only), or -errno.
    */
-  setupTap(onTap: (this: object, owner: object, side: number, length: number) => boolean): Buffer | number;
+  setupTap(
+    onTap: (this: object, owners: object[], count: number) => void,
+    info: Float64Array,
+  ): Buffer | number;
   /** Taps on: 1 the client's bytes, 2 the endpoint's, 0 none; 0 or -ENOENT. */
   tap(slot: number, mask: number): number;
 }
@@ -81,6 +85,8 @@ export interface TcpDialCalls {
     stallCheckMs: number,
     /** 1: the descriptor is the relay's as it is (the native listener's), no dup. */
     take?: number,
+    /** As tap()'s mask (setupTap first): tapped from the first byte, its connect and end told with its chunks. */
+    tap?: number,
   ): number;
   /** The next attempt of a slot whose last one failed; 0, -ENOENT or -EINVAL. */
   redial(slot: number, ip: string, port: number, connectTimeoutMs: number): number;
@@ -169,11 +175,60 @@ function dialCalls(calls: TcpRelayCalls, env: NodeJS.ProcessEnv): TcpDialCalls |
   return dial as TcpDialCalls;
 }
 
-/** The addon's read buffer (setupTap); one per process. */
-let tapBuffer: Buffer = Buffer.alloc(0);
+/** Numbers an entry of the tap's queue takes (native/tcp_relay.c's TAP_FIELDS), and its entries at most. */
+export const TAP_FIELDS = 5;
+const TAP_ENTRIES = 64;
+/** An entry's kind (its first number): a chunk (side, offset, length; the fifth is written back: 1 while
+ * the connection wants more), a connect (a relay dialled with the tap), an end (reason, bytes from and to
+ * the client). */
+const Q_TAP = 0;
+const Q_CONNECTED = 1;
 
-function onTap(owner: object, side: number, length: number): boolean {
-  return (owner as OffloadOwner).relayTapped(side, tapBuffer.subarray(0, length));
+/** The addon's Buffer the tapped chunks are in, and where its queue's entries are; one per process. */
+let tapBuffer: Buffer = Buffer.alloc(0);
+const tapInfo = new Float64Array(TAP_FIELDS * TAP_ENTRIES);
+
+/** Calls of onTap and the chunks they carried, in this process (a test looks at them). */
+export const tapCalls = { calls: 0, chunks: 0 };
+
+/** The last bytes of tapBuffer, JavaScript's own (native/tcp_relay.c's TAP_COPY_MAX): a small chunk's place. */
+const TAP_STAGE = 4096;
+/** Views of the stage kept for reuse, by length: TAP_VIEWS slots, one length each. */
+const TAP_VIEWS = 64;
+let tapViews: (Buffer | undefined)[] = new Array(TAP_VIEWS);
+
+/**
+ * The chunk at tapBuffer[offset, offset + length). A small one is moved to the stage and read through a
+ * view of the stage kept for its length: a chunk is valid during its call only, the requests and answers
+ * of a Service repeat their lengths, and a new view (a typed array, ~100 bytes) per chunk would be garbage
+ * at once.
+ */
+function tapChunk(offset: number, length: number): Buffer {
+  if (length > TAP_STAGE) return tapBuffer.subarray(offset, offset + length);
+  const stage = tapBuffer.length - TAP_STAGE;
+  tapBuffer.copyWithin(stage, offset, offset + length);
+  const slot = length & (TAP_VIEWS - 1);
+  let view = tapViews[slot];
+  if (view === undefined || view.length !== length) {
+    view = tapBuffer.subarray(stage, stage + length);
+    tapViews[slot] = view;
+  }
+  return view;
+}
+
+/** The tap's queue of a batch, in order: each owner's chunks, its connect, its end, as they happened. */
+function onTap(owners: object[], count: number): void {
+  const info = tapInfo;
+  tapCalls.calls++;
+  for (let i = 0, f = 0; i < count; i++, f += TAP_FIELDS) {
+    const owner = owners[i] as OffloadOwner;
+    const kind = info[f];
+    if (kind === Q_TAP) {
+      info[f + 4] = owner.relayTapped(info[f + 1]!, tapChunk(info[f + 2]!, info[f + 3]!)) ? 1 : 0;
+      tapCalls.chunks++;
+    } else if (kind === Q_CONNECTED) owner.attemptEnded(0);
+    else owner.relayEnded(closeReasonOf(info[f + 1]!), info[f + 2]!, info[f + 3]!);
+  }
 }
 
 /** The tap on both sides: the observer's wantsData covers both directions of a connection. */
@@ -204,9 +259,12 @@ export class TcpOffload {
     calls.setup(onEnd);
     this.dial = dialCalls(calls, env);
     this.dial?.setupDial(onConnect);
-    const buffer = tap ? calls.setupTap(onTap) : 0;
+    const buffer = tap ? calls.setupTap(onTap, tapInfo) : 0;
     this.tap = typeof buffer !== 'number';
-    if (typeof buffer !== 'number') tapBuffer = buffer;
+    if (typeof buffer !== 'number' && buffer !== tapBuffer) {
+      tapBuffer = buffer;
+      tapViews = new Array(TAP_VIEWS);
+    }
   }
 
   /** Bytes from the client and to it since the hand-over (both 0 once it ended). */

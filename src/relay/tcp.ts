@@ -341,6 +341,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       // The native listener's descriptor goes to the relay as it is; a socket's is dup()ed.
       const take = client === undefined;
       const fd = take ? this.clientFd : socketFd(client);
+      // A sniffer's bytes come through the tap from the first one (nativeDial: the tap is there).
+      const tap = this.observer.wantsData ? TAP_BOTH : 0;
       const slot =
         fd < 0
           ? -1
@@ -355,6 +357,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
               options.stallTimeoutMs,
               stallSweepMs(options.stallTimeoutMs),
               take ? 1 : 0,
+              tap,
             );
       if (slot < 0) {
         this.nativeDial = false;
@@ -364,6 +367,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       const offload = listener.offload!;
       offload.started++;
       offload.dialled++;
+      if (tap !== 0) offload.tapped++;
       this.relay = slot;
       if (take) this.clientFd = -1;
       else {
@@ -390,13 +394,8 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       this.connectFailed(connectError(status, endpoint.ip, endpoint.port));
       return;
     }
+    // Its tap, if any, is on since the dial: its chunks follow this call.
     this.#opened();
-    if (this.sniffing) {
-      // The relay polls its sides from the next turn of the loop: no chunk goes by untapped.
-      const offload = this.listener.offload!;
-      offload.calls.tap(this.relay, TAP_BOTH);
-      offload.tapped++;
-    }
   }
 
   /**

@@ -103,21 +103,23 @@ type ClosedFacts = {
   readonly bytesToClient: number;
   readonly attempts: readonly ConnectAttempt[];
   readonly closeReason: CloseReason | null;
+  /** The sniffer's info at close; null when there was none, or when the entry kept it (Sniffer.end). */
   readonly app: AppInfo | null;
 };
 
 /**
  * One connection in the table. While active it keeps only the live connection (its facts are read from it:
  * none of them changes once it has opened), the sniffer and the list links; at close the facts are copied
- * into one flat object and the connection and the sniffer are let go. Idle traced connections are many;
- * closed ones are at most the recent ring.
+ * into one flat object and the connection is let go, and the sniffer too unless its info no longer changes
+ * (Sniffer.end: then it stands for its info, read when asked, instead of a copy made for every closed
+ * connection). Idle traced connections are many; closed ones are at most the recent ring.
  */
 export class TableEntry {
   /** The live connection while active. */
   info: ConnectionInfo | undefined;
   /** Set at close. */
   final: ClosedFacts | undefined = undefined;
-  /** Protocols mode only, from the first bytes on; kept after it is done for info(), dropped at close. */
+  /** Protocols mode only, from the first bytes on; kept after close when it ended (Sniffer.end). */
   sniffer: Sniffer | undefined = undefined;
   /** Protocols mode: the connection is sniffed (its app is `no-data` until bytes start a sniffer). */
   sniffed = false;
@@ -167,6 +169,7 @@ export class TableEntry {
   /** What the sniffer knows so far; null when the connection is not sniffed. */
   appInfo(): AppInfo | null {
     if (this.sniffer !== undefined) return this.sniffer.info();
+    if (this.final !== undefined) return this.final.app;
     return this.sniffed ? NO_DATA : null;
   }
 
@@ -200,7 +203,7 @@ export class TableEntry {
       bytesToClient: f.bytesToClient,
       attempts: f.attempts,
       closeReason: f.closeReason,
-      app: f.app,
+      app: this.appInfo(),
     };
   }
 
@@ -226,9 +229,16 @@ export class TableEntry {
     };
   }
 
-  /** Keeps the final values of the (closed) connection and lets go of it and the sniffer. */
+  /** Keeps the final values of the (closed) connection and lets go of it (and of a sniffer not kept). */
   finish(conn: ConnectionInfo): void {
     if (this.final !== undefined) return;
+    const s = this.sniffer;
+    let app: AppInfo | null = null;
+    if (s === undefined) app = this.sniffed ? NO_DATA : null;
+    else if (s.end?.() !== true) {
+      app = s.info();
+      this.sniffer = undefined;
+    }
     this.final = {
       id: conn.id,
       service: conn.service,
@@ -242,10 +252,9 @@ export class TableEntry {
       bytesToClient: conn.bytesToClient,
       attempts: copyAttempts(conn.failedAttempts),
       closeReason: conn.closeReason ?? null,
-      app: this.appInfo(),
+      app,
     };
     this.info = undefined;
-    this.sniffer = undefined;
     this.sniffing = false;
   }
 }

@@ -61,3 +61,25 @@ export function promotedPerItem<T>(
   minorGc();
   return (oldUsed() - before) / count;
 }
+
+/**
+ * Bytes allocated per step: the heap's growth over `chunk` steps at a time, where no garbage collection
+ * came in between (one that did shrinks the heap: that chunk is left out); the median of `chunks`.
+ */
+export function allocatedPerStep(
+  step: (n: number) => void,
+  { chunks = 41, chunk = 100, warmup = 20_000 } = {},
+): number {
+  for (let n = 0; n < warmup; n++) step(n);
+  const used = () => getHeapStatistics().used_heap_size;
+  const samples: number[] = [];
+  let n = warmup;
+  for (let k = 0; k < chunks * 4 && samples.length < chunks; k++) {
+    const before = used();
+    for (let i = 0; i < chunk; i++) step(n++);
+    const after = used();
+    if (after >= before) samples.push((after - before) / chunk);
+  }
+  samples.sort((a, b) => a - b);
+  return samples[samples.length >> 1]!;
+}

@@ -18,7 +18,7 @@ import { noopObserver } from '../../src/relay/observer.ts';
 import type { ServicePortContext } from '../../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { processTcpFin, socketFd } from '../../src/relay/tcp-fin.ts';
-import { processTcpRelay, TcpOffload } from '../../src/relay/tcp-offload.ts';
+import { processTcpRelay, TcpOffload, tapCalls } from '../../src/relay/tcp-offload.ts';
 import type { Endpoint } from '../../src/state/endpoint.ts';
 import { ConnectionTable } from '../../src/trace/connection-table.ts';
 import type { Http1Info } from '../../src/trace/sniff/types.ts';
@@ -199,7 +199,11 @@ test('a traced connection is dialled by the native relay, with the tap on from i
   const c = connect(listener.port);
   t.after(() => c.destroy());
   // Before any byte: the sniffer has seen nothing yet and still wants everything.
-  await waitFor(() => o.tapped === tapped + 1, 2000, 'the hand-over with the tap');
+  await waitFor(
+    () => o.tapped === tapped + 1 && [...listener.connections][0]?.sniffing === true,
+    2000,
+    'the hand-over with the tap, connected',
+  );
   assert.equal(o.started, started + 1);
   // Accepted and dialled by the addon: no net.Socket on either side at any time.
   assert.equal(o.dialled, dialled + 1);
@@ -239,6 +243,38 @@ test('the tracer records the same through the tap as through the JavaScript rela
     assert.deepEqual(tap!.events, other.events, `events as with the ${other.mode}`);
     assert.deepEqual(tap!.records, other.records, `records as with the ${other.mode}`);
   }
+});
+
+test("the chunks an epoll batch read for traced connections reach JavaScript together, each its connection's", async (t) => {
+  const o = offload();
+  const pod = await endpoint(t, (s) => s.on('data', () => {}));
+  const context = makeContext([ep('127.0.0.12', pod.port)]);
+  const { table, tracer, events } = recordingTracer(t);
+  context.observer = tracer.observerFor({ trace: undefined });
+  const listener = await listen(t, context, o);
+  // 24 requests of ~1.5 KB: more than the queue's area (16 KiB) holds at once.
+  const n = 24;
+  const clients: net.Socket[] = [];
+  for (let i = 0; i < n; i++) clients.push(connect(listener.port));
+  t.after(() => {
+    for (const c of clients) c.destroy();
+  });
+  await waitFor(() => table.activeCount === n, 3000, 'every connection relayed, and opened');
+  const before = { ...tapCalls };
+  // Written at once: the relay reads them in one batch of its epoll set (one wake-up of the loop).
+  for (let i = 0; i < n; i++)
+    clients[i]!.write(`GET /item/${i} HTTP/1.1\r\nHost: h${i}\r\nX-Pad: ${'p'.repeat(1500)}\r\n\r\n`);
+  await waitFor(() => events.filter((e) => e.type === 'http-request').length === n, 3000, 'every request');
+  const requests = events.filter((e) => e.type === 'http-request');
+  for (const r of requests) {
+    const i = r.path.slice('/item/'.length);
+    assert.equal(r.host, `h${i}`, 'the request of the connection that sent it');
+    assert.equal(table.list({ id: r.id }).active[0]!.client, r.client);
+  }
+  assert.deepEqual(new Set(requests.map((r) => r.path)).size, n);
+  assert.equal(tapCalls.chunks - before.chunks, n);
+  // One call a chunk before; now one a batch, and one more each time the area is full (~1.5 KB × 24).
+  assert.ok(tapCalls.calls - before.calls <= 6, `${tapCalls.calls - before.calls} calls for ${n} chunks`);
 });
 
 test('a tap that ends mid-stream: the sniffer gets its chunks, then none; the relay goes on', async (t) => {

@@ -272,6 +272,7 @@ const UNRECOGNIZED: Sniffer = Object.freeze({
   onClientData(): void {},
   onEndpointData(): void {},
   info: (): AppInfo => ({ protocol: 'unknown', reason: 'unrecognized' }),
+  end: (): boolean => true,
 });
 
 /** Limits for startSniffer, made once and shared by every connection they apply to. */

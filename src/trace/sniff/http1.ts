@@ -215,6 +215,18 @@ export class Http1Sniffer implements Sniffer {
     return undefined;
   }
 
+  /** The connection closed: a message part-way through is let go; info() reads only what stays. */
+  end(): boolean {
+    if (this.#req !== undefined) giveBack(this.#req);
+    if (this.#res !== undefined) giveBack(this.#res);
+    this.#req = undefined;
+    this.#res = undefined;
+    // A request still waiting for its response is in info() only when recorded (kept by #recorded).
+    this.#pending = undefined;
+    this.#lastPending = undefined;
+    return true;
+  }
+
   info(): Http1Info {
     return {
       protocol: 'http1',

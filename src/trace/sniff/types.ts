@@ -225,6 +225,12 @@ export interface Sniffer {
   readonly done: boolean;
   /** A fresh snapshot of what is known so far (also after done). */
   info(): AppInfo;
+  /**
+   * The connection closed: no byte will come. Lets go of what only the parse needed; true when what
+   * info() returns from now on never changes, so that the closed record keeps the sniffer and reads its
+   * info when asked, instead of a copy made at close (absent or false: the copy).
+   */
+  end?(): boolean;
 }
 
 /** Limits every per-protocol sniffer takes from createSniffer. */

@@ -1,7 +1,13 @@
 // The native relay's loader and its reason codes (the relay itself: test/integration/tcp-offload.test.ts).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { closeReasonOf, loadTcpOffload } from '../../../src/relay/tcp-offload.ts';
+import {
+  closeReasonOf,
+  loadTcpOffload,
+  TAP_FIELDS,
+  TcpOffload,
+  type TcpRelayCalls,
+} from '../../../src/relay/tcp-offload.ts';
 
 test('KUP_TCP_OFFLOAD=off keeps the relay in JavaScript, and says so', () => {
   const support = loadTcpOffload({ KUP_TCP_OFFLOAD: 'off' });
@@ -27,4 +33,100 @@ test("native reason codes map to the JavaScript relay's close reasons", () => {
     'stalled',
   ]);
   assert.equal(closeReasonOf(99), 'error');
+});
+
+/** A stand-in for the addon's tap: its callback, the entries' array, and a Buffer laid out as the addon's. */
+function fakeTap() {
+  const tap: { onTap?: (owners: object[], count: number) => void; info?: Float64Array } = {};
+  // The read buffer (64 KiB), the queue's area (16 KiB), JavaScript's stage (4 KiB).
+  const buffer = Buffer.alloc(65536 + 16384 + 4096);
+  const calls = {
+    setup: () => 0,
+    setupTap: (fn: (owners: object[], count: number) => void, info: Float64Array) => {
+      tap.onTap = fn;
+      tap.info = info;
+      return buffer;
+    },
+  } as unknown as TcpRelayCalls;
+  const offload = new TcpOffload(calls, true, { KUP_TCP_DIAL: 'off' });
+  assert.equal(offload.tap, true);
+  let count = 0;
+  /** Queues a chunk of `text` at `offset` of the Buffer. */
+  const chunk = (side: number, offset: number, text: string) => {
+    buffer.write(text, offset, 'latin1');
+    tap.info!.set([0, side, offset, text.length, 0], TAP_FIELDS * count++);
+  };
+  const entry = (fields: number[]) =>
+    tap.info!.set([...fields, 0, 0, 0].slice(0, TAP_FIELDS), TAP_FIELDS * count++);
+  const flush = (owners: object[]) => {
+    tap.onTap!.call(owners, owners, count);
+    count = 0;
+  };
+  return { tap, chunk, entry, flush };
+}
+
+test("a batch's queue reaches each owner in order: its connect, its chunks (whether it wants more goes back), its end", () => {
+  const { tap, chunk, entry, flush } = fakeTap();
+  const seen: string[] = [];
+  const owner = (name: string, wants: boolean) => ({
+    attemptEnded: (status: number) => seen.push(`${name} connected ${status}`),
+    relayTapped(side: number, c: Buffer): boolean {
+      seen.push(`${name} ${side} ${c.toString('latin1')}`);
+      return wants;
+    },
+    relayEnded: (reason: string, from: number, to: number) =>
+      seen.push(`${name} ended ${reason} ${from} ${to}`),
+  });
+  const a = owner('a', true);
+  const b = owner('b', false);
+  entry([1]);
+  chunk(0, 65536, 'GET /a');
+  entry([1]);
+  chunk(0, 65536 + 6, 'GET /b');
+  chunk(1, 0, 'HTTP/1.1 200 OK'); // a large one, handed over from the read buffer
+  entry([2, 2, 6, 3_000_000_000]);
+  flush([a, a, b, b, a, a]);
+  assert.deepEqual(seen, [
+    'a connected 0',
+    'a 0 GET /a',
+    'b connected 0',
+    'b 0 GET /b',
+    'a 1 HTTP/1.1 200 OK',
+    'a ended endpoint-fin 6 3000000000',
+  ]);
+  // Written back for the addon: a wants more, b does not.
+  assert.deepEqual(
+    [1, 3, 4].map((i) => tap.info![TAP_FIELDS * i + 4]),
+    [1, 0, 1],
+  );
+});
+
+test('a small tapped chunk is read through a view kept for its length: no Buffer made per chunk', () => {
+  const { chunk, flush } = fakeTap();
+  const chunks: [Buffer, string][] = [];
+  const owner = {
+    relayTapped(_side: number, c: Buffer): boolean {
+      chunks.push([c, c.toString('latin1')]);
+      return true;
+    },
+  };
+  const texts = [
+    'GET /a HTTP/1.1',
+    'GET /b HTTP/1.1',
+    'HTTP/1.1 200',
+    'GET /c HTTP/1.1'.padEnd(15 + 64, 'x'),
+  ];
+  let offset = 65536;
+  for (const text of texts) {
+    chunk(0, offset, text);
+    offset += text.length;
+  }
+  chunk(1, 0, 'y'.repeat(5000)); // larger than the stage: a view of where it is
+  flush(Array(5).fill(owner));
+  assert.deepEqual(
+    chunks.map(([, s]) => s),
+    [...texts, 'y'.repeat(5000)],
+  );
+  assert.equal(chunks[1]![0], chunks[0]![0], 'the same view for the same length');
+  assert.notEqual(chunks[3]![0], chunks[0]![0], 'another length in the same slot');
 });
