@@ -3,9 +3,9 @@
 //
 // start() dup()s both descriptors (Node then closes its sockets: a close() of one of two descriptors
 // sends nothing) and watches the dups in an epoll set of the addon's own, which Node's loop watches as
-// one descriptor (one uv_poll for every relay): a descriptor is added once, its events changed with one
-// EPOLL_CTL_MOD, and closing it takes it out, where a uv_poll per side cost ~10 epoll_ctl a connection
-// (uv_poll_init_socket's ADD and DEL to check it, and a DEL and an ADD for each change of events).
+// one descriptor (one uv_poll for every relay): a descriptor is added once, edge-triggered, and closing
+// it takes it out (watch()), where a uv_poll per side cost ~10 epoll_ctl a connection (uv_poll_init_socket's
+// ADD and DEL to check it, and a DEL and an ADD for each change of events).
 // Each readable side is read into one buffer shared by every relay (the loop is single-threaded) and written on at once; what the other side's kernel does not
 // take waits in a buffer of the connection's own, and the side that sent it is not read until it is out
 // (backpressure). An end of stream is passed on with shutdown(SHUT_WR) once the bytes before it are out,
@@ -61,6 +61,7 @@ enum {
 #define CLIENT 0
 #define UPSTREAM 1
 #define READ_SIZE 65536
+#define READS_A_WAKE 4
 #define RDHUP_FIN 1
 #define RDHUP_ERROR 2
 
@@ -70,7 +71,9 @@ typedef struct {
   relay_t* relay;
   int fd;
   int side;
-  uint32_t mask;  // the epoll events it is watched for now; 0: not in the set
+  uint32_t mask;  // the events it is watched for now (its others are dropped); 0: none
+  uint32_t kmask; // the events its descriptor is in the set for (edge-triggered); 0: not in the set
+  int again;      // still readable (a full read, an error behind the bytes read): asked for again
   int shared;     // its descriptor may be open elsewhere too (a dup): taken out of the set before close
   uint32_t early; // the client's events while the endpoint was dialled (edge-triggered): read at connect
   int eof;        // read to its end of stream
@@ -354,7 +357,8 @@ static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
   return 0;
 }
 
-// Reads what `from` has and writes it on (and to the tap); -1 after the relay ended. `disconnect`: what
+// Reads what `from` has (once) and writes it on (and to the tap); 1 when the read filled the buffer (more
+// may wait), 0 when not (or the other side holds it back), -1 after the relay ended. `disconnect`: what
 // the event said of its FIN (0, RDHUP_FIN, RDHUP_ERROR).
 static int pump(relay_t* r, side_t* from, int disconnect) {
   side_t* to = &r->sides[1 - from->side];
@@ -427,7 +431,8 @@ static int pump(relay_t* r, side_t* from, int disconnect) {
     }
     setsockopt(to->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  return from->tap ? tap_chunk(r, from, n) : 0;
+  if (from->tap && tap_chunk(r, from, n) < 0) return -1;
+  return n == READ_SIZE;
 }
 
 static void arm_timer(relay_t* r);
@@ -449,16 +454,33 @@ static void invalidate(side_t* s) {
     if (g_batch[i].data.ptr == s) g_batch[i].data.ptr = NULL;
 }
 
-// Watches `s` for `m` from now on (0: not at all); 0, or -errno when epoll refuses it (a descriptor of no
-// socket, the per-user watch limit).
+// Watches `s` for `m` from now on (0: its events are dropped); 0, or -errno when epoll refuses it (a
+// descriptor of no socket, the per-user watch limit). A descriptor is in the set edge-triggered, for
+// readable and its FIN from the first watch on and for writable from the first time it is wanted, and
+// stays so till it is closed: one EPOLL_CTL_ADD a side, where changing a level-triggered watch took a
+// MOD at the connect and a DEL at the end of stream (3 epoll_ctl a connection). Edge-triggered, a side
+// is reported only when something changes, so what it still has when it is wanted again (readable
+// after a pause, or `again`) is asked for with an EPOLL_CTL_MOD of the same events, which queues it
+// when it is there, as a level-triggered watch would have reported it.
 static int watch(side_t* s, uint32_t m) {
-  if (m == s->mask) return 0;
-  int op = m == 0 ? EPOLL_CTL_DEL : s->mask == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
-  struct epoll_event ev = {.events = m, .data.ptr = s};
-  if (epoll_ctl(g_epfd, op, s->fd, &ev) != 0 && op != EPOLL_CTL_DEL) return -errno;
-  if (m == 0) invalidate(s);
+  uint32_t k = m == 0 ? s->kmask : s->kmask | m | EPOLLIN | EPOLLRDHUP;
+  int ask = m != 0 && ((m & ~s->mask & EPOLLIN) != 0 || s->again);
+  s->again = 0;
+  if (k != s->kmask || ask) {
+    struct epoll_event ev = {.events = k | EPOLLET, .data.ptr = s};
+    if (epoll_ctl(g_epfd, s->kmask == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, s->fd, &ev) != 0) return -errno;
+    s->kmask = k;
+  }
   s->mask = m;
   return 0;
+}
+
+// Takes `s` out of the set (a failed attempt's socket, a dup before its close).
+static void unwatch(side_t* s) {
+  if (s->kmask != 0) epoll_ctl(g_epfd, EPOLL_CTL_DEL, s->fd, NULL);
+  invalidate(s);
+  s->kmask = s->mask = 0;
+  s->again = 0;
 }
 
 static void update(relay_t* r) {
@@ -472,7 +494,7 @@ static void update(relay_t* r) {
   arm_timer(r);
 }
 
-static void connect_done(relay_t* r, int status);
+static void connect_done(relay_t* r, uint32_t ev);
 
 // One side's events, as a uv_poll callback would have them: an error first (status < 0); a hang-up
 // alone reads as the events it is watched for (the read finds the end or the error).
@@ -481,20 +503,23 @@ static void on_events(side_t* s, uint32_t ev) {
   if (r->closing) return;
   if (r->connecting) {
     // The client's events wait for the connect (it is watched edge-triggered meanwhile).
-    if (s->side == UPSTREAM && (s->mask & EPOLLOUT)) connect_done(r, ev & (EPOLLERR | EPOLLHUP) ? -EBADF : 0);
+    if (s->side == UPSTREAM && (s->mask & EPOLLOUT)) connect_done(r, ev);
     else if (s->side == CLIENT) s->early |= ev;
     return;
   }
+  // Not wanted now (ended, or paused with its FIN noted): its events wait, as when it was out of the set.
+  if (s->mask == 0) return;
   ev &= s->mask | EPOLLERR | EPOLLHUP;
   if (ev == EPOLLERR || ev == EPOLLHUP) ev |= s->mask & (EPOLLIN | EPOLLOUT | EPOLLRDHUP);
   if (ev & EPOLLERR) {
     // A reset, mostly. What the side sent before it is still to read and pass on, as the JavaScript
-    // relay's reads come before its error: one read a wake-up (the error stays pending,
-    // level-triggered) until the read that finds the error.
+    // relay's reads come before its error: one read a wake-up (the error stays pending, asked for
+    // again) until the read that finds the error.
     if (s->mask & EPOLLIN) {
       double before = s->bytesRead;
       if (pump(r, s, RDHUP_ERROR) < 0) return;
       if (s->bytesRead != before || s->eof) {
+        s->again = 1;
         update(r);
         return;
       }
@@ -512,7 +537,14 @@ static void on_events(side_t* s, uint32_t ev) {
     if (done && other->eof && pass_fin(r, other) < 0) return;
   }
   if (ev & EPOLLIN && (s->mask & EPOLLIN)) {
-    if (pump(r, s, ev & EPOLLRDHUP ? RDHUP_FIN : 0) < 0) return;
+    // A read that fills the buffer may have left more: a few a wake, then the side is asked for again
+    // (edge-triggered, it is not reported again by itself).
+    int disconnect = ev & EPOLLRDHUP ? RDHUP_FIN : 0;
+    int more, reads = 0;
+    while ((more = pump(r, s, disconnect)) == 1 && ++reads < READS_A_WAKE) {
+    }
+    if (more < 0) return;
+    if (more == 1) s->again = 1;
   } else if (ev & EPOLLRDHUP) {
     // Paused, and its FIN came (or a hang-up, reported until something is read): not polled for it again.
     if (!s->rdhup) s->rdhup = RDHUP_FIN;
@@ -590,7 +622,7 @@ static void on_timer(uv_timer_t* timer) {
   r->timerDue = 0;
   if (r->connecting) {
     // An attempt that failed at once (connectErr), or the attempt's timeout.
-    watch(&r->sides[UPSTREAM], 0);
+    unwatch(&r->sides[UPSTREAM]);
     connect_failed(r, r->connectErr != 0 ? -r->connectErr : CONNECT_TIMEOUT);
     return;
   }
@@ -627,7 +659,7 @@ static void relay_end(relay_t* r, int notify) {
     side_t* s = &r->sides[i];
     if (reason == R_STALLED) set_linger0(s->fd);
     // close() takes a descriptor out of the set only with the last one open on its socket.
-    if (s->shared) watch(s, 0);
+    if (s->shared) unwatch(s);
     close(s->fd);
     free(s->pending);
     s->pending = NULL;
@@ -725,7 +757,7 @@ static int watch_sides(relay_t* r, uint32_t client, uint32_t upstream) {
     s->side = i;
     int err = watch(s, m[i]);
     if (err != 0) {
-      if (i == 1) watch(&r->sides[0], 0);
+      if (i == 1) unwatch(&r->sides[0]);
       return err;
     }
   }
@@ -823,18 +855,16 @@ static void connect_failed(relay_t* r, int status) {
   notify_connect(r, status);
 }
 
-// The upstream socket became writable (status 0: connected; a failed connect is writable with an
-// error and a hang-up, and SO_ERROR, asked only then, says which error), or how it failed.
-static void connect_done(relay_t* r, int status) {
+// The upstream socket's first event since its connect(): writable (connected), or a failed connect,
+// which is reported with an error and a hang-up (SO_ERROR, asked only then, says which error).
+static void connect_done(relay_t* r, uint32_t ev) {
   side_t* up = &r->sides[UPSTREAM];
-  int err = 0;
-  if (status < 0) {
+  if (ev & (EPOLLERR | EPOLLHUP)) {
+    int err = 0;
     socklen_t len = sizeof err;
     if (getsockopt(up->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-    if (err == 0) err = -status;
-  }
-  if (err != 0) {
-    watch(up, 0);
+    if (err == 0) err = EBADF;
+    unwatch(up);
     connect_failed(r, -err);
     return;
   }
@@ -843,15 +873,20 @@ static void connect_done(relay_t* r, int status) {
   r->timerDue = 0;
   r->connecting = 0;
   r->lastActivity = uv_now(g_loop);
+  // In the set for readable and its FIN since its connect(): what came with the connect is in `ev`,
+  // passed on below (no EPOLL_CTL_MOD to ask for it).
+  up->mask = EPOLLIN | EPOLLRDHUP;
   update(r);
-  if (r->closing) return;  // epoll refused the client (told as the relay's end)
+  if (r->closing) return;
   notify_connect(r, 0);
   // What the client sent meanwhile (a request, mostly) goes now, not a turn of the loop later; after
   // JavaScript heard of the connect (or it was queued before the chunks), which may have ended the relay.
+  // Then what the endpoint sent (a server-first protocol's greeting), reported with the connect.
   side_t* client = &r->sides[CLIENT];
   uint32_t early = client->early;
   client->early = 0;
   if (early != 0 && !r->closing) on_events(client, early);
+  if ((ev & (EPOLLIN | EPOLLRDHUP)) != 0 && !r->closing) on_events(up, ev);
 }
 
 // The attempt failed before its poll: told on the next turn of the loop, as a connect error would be.
@@ -966,9 +1001,9 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
   r->sides[CLIENT].fd = fd;
   r->sides[UPSTREAM].fd = upstreamFd;
   r->sides[CLIENT].shared = !take;
-  // The client is watched from now on, so that epoll's refusal is dial()'s error; edge-triggered, as
-  // its events wait for the connect (connect_done's update() makes it level-triggered).
-  err = watch_sides(r, EPOLLIN | EPOLLRDHUP | EPOLLET, 0);
+  // The client is watched from now on, so that epoll's refusal is dial()'s error; its events wait for
+  // the connect (`early`).
+  err = watch_sides(r, EPOLLIN | EPOLLRDHUP, 0);
   if (err != 0) {
     // The client's descriptor stays the caller's (it relays it in JavaScript), the listener's too.
     slot_free(slot);

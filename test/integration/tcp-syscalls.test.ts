@@ -4,7 +4,8 @@
 // three the relay no longer makes: SO_ERROR after a connect that epoll reported clean (only a failed
 // connect is asked which error), TCP_CORK on and off around the answer that leaves with the FIN
 // (MSG_MORE on its send holds it instead), and the peek for the end of stream after a FIN that came with
-// no error pending.
+// no error pending; and the epoll_ctl calls of a level-triggered watch (a MOD of each side at the
+// connect, a DEL at an end of stream): each side is added once, edge-triggered, and stays till its close.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -45,7 +46,7 @@ function parseSummary(text: string): Map<string, number> {
   return calls;
 }
 
-test('a proxied connection makes no SO_ERROR, TCP_CORK or end-of-stream peek call', async (t) => {
+test('a proxied connection makes no SO_ERROR, TCP_CORK or end-of-stream peek call, and adds each side to epoll once', async (t) => {
   if (!requireRootOrSkip(t)) return; // strace attaches to a process that is not its child
   const proxy = await startProxyProcess({ extraArgs: ['--workers=1'] });
   t.after(() => proxy.stop());
@@ -90,4 +91,7 @@ test('a proxied connection makes no SO_ERROR, TCP_CORK or end-of-stream peek cal
   assert.ok(per('getsockopt') < 0.1, `getsockopt ${per('getsockopt')} a connection`);
   // Was 1 (recv MSG_PEEK for the end of stream behind the answer).
   assert.ok(per('recvfrom') < 0.1, `recvfrom ${per('recvfrom')} a connection`);
+  // An ADD for each side; was 5 (the client's and the endpoint's MOD at the connect, a DEL at the end of
+  // stream).
+  assert.ok(per('epoll_ctl') < 2.1, `epoll_ctl ${per('epoll_ctl')} a connection`);
 });
