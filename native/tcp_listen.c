@@ -31,6 +31,7 @@
 #include <uv.h>
 
 #include "batch_scope.h"
+#include "epoll_set.h"
 #include "sockaddr_js.h"
 
 // Connections accepted per wake at most, so that one busy port does not hold the loop.
@@ -221,18 +222,8 @@ static napi_value Setup(napi_env env, napi_callback_info info) {
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 2) return int_result(env, -EINVAL);
   napi_get_uv_event_loop(env, &g_loop);
-  if (g_epfd < 0) {
-    int fd = epoll_create1(EPOLL_CLOEXEC);
-    if (fd < 0) return int_result(env, -errno);
-    int err = uv_poll_init(g_loop, &g_epoll, fd);
-    if (err != 0) {
-      close(fd);
-      return int_result(env, err);
-    }
-    g_epfd = fd;
-    uv_poll_start(&g_epoll, UV_READABLE, on_epoll);
-    uv_unref((uv_handle_t*)&g_epoll);
-  }
+  int err = epoll_set_open(g_loop, &g_epoll, on_epoll, &g_epfd);
+  if (err != 0) return int_result(env, err);
   if (g_on_accept != NULL) napi_delete_reference(env, g_on_accept);
   if (g_on_error != NULL) napi_delete_reference(env, g_on_error);
   napi_create_reference(env, argv[0], 1, &g_on_accept);

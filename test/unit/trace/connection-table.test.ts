@@ -3,36 +3,19 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { CloseReason } from '../../../src/relay/close-reason.ts';
-import type { ConnectAttempt, ConnectionInfo } from '../../../src/relay/observer.ts';
 import type { ServicePortName } from '../../../src/state/service-port.ts';
 import type { ListOptions } from '../../../src/trace/connection-table.ts';
 import { ConnectionTable, matchesClient, matchesService } from '../../../src/trace/connection-table.ts';
 import type { AppInfo, Sniffer } from '../../../src/trace/sniff/types.ts';
 import { ep } from '../../helpers/endpoints.ts';
 import { usedHeap } from '../../helpers/heap.ts';
+import { type HandMadeConnection, handMadeConnection } from '../../helpers/tracer.ts';
 
-type FakeConn = {
-  -readonly [K in keyof ConnectionInfo]: ConnectionInfo[K];
-} & { failedAttempts: ConnectAttempt[] };
+type FakeConn = HandMadeConnection;
 
 let ids = 1;
 function conn(over: Partial<FakeConn> = {}): FakeConn {
-  return {
-    id: ids++,
-    service: 'prod/shop:web' as ServicePortName,
-    protocol: 'TCP',
-    clientAddress: '10.0.0.1',
-    clientPort: 40000,
-    endpoint: ep('10.1.0.1', 8080),
-    startMs: 1000,
-    endMs: 0,
-    bytesFromClient: 0,
-    bytesToClient: 0,
-    failedAttempts: [],
-    closeReason: undefined,
-    observerData: undefined,
-    ...over,
-  };
+  return { ...handMadeConnection(ids++, '10.0.0.1', 40000, ep('10.1.0.1', 8080), 1000), ...over };
 }
 
 function close(c: FakeConn, reason: CloseReason, endMs = 1500): FakeConn {

@@ -3,32 +3,17 @@
 // time budget, and what a subscriber joining mid-batch gets.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { ConnectionInfo } from '../../../src/relay/observer.ts';
-import type { ServicePortName } from '../../../src/state/service-port.ts';
 import { ConnectionTable, type TableEntry } from '../../../src/trace/connection-table.ts';
 import { EventStream, type EventStreamOptions, type LineSink } from '../../../src/trace/event-stream.ts';
 import { OPENED, type TraceEvent } from '../../../src/trace/trace-event.ts';
 import { ep } from '../../helpers/endpoints.ts';
+import { handMadeConnection } from '../../helpers/tracer.ts';
 
 let ids = 1;
 const table = new ConnectionTable();
 
 function entry(clientAddress = '10.0.0.1'): TableEntry {
-  const conn: ConnectionInfo = {
-    id: ids++,
-    service: 'prod/shop:web' as ServicePortName,
-    protocol: 'TCP',
-    clientAddress,
-    clientPort: 40000,
-    endpoint: ep('10.1.0.1', 8080),
-    startMs: 1000,
-    endMs: 0,
-    bytesFromClient: 0,
-    bytesToClient: 0,
-    failedAttempts: [],
-    closeReason: undefined,
-    observerData: undefined,
-  };
+  const conn = handMadeConnection(ids++, clientAddress, 40000, ep('10.1.0.1', 8080), 1000);
   return table.open(conn);
 }
 

@@ -2,37 +2,23 @@
 // of a copy of its info made at close) reads back as the copy did.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { ConnectionInfo, ConnectionObserver } from '../../../src/relay/observer.ts';
+import type { ConnectionObserver } from '../../../src/relay/observer.ts';
 import { noopObserver } from '../../../src/relay/observer.ts';
-import type { ServicePortName } from '../../../src/state/service-port.ts';
 import { ConnectionTable } from '../../../src/trace/connection-table.ts';
 import { createSniffer } from '../../../src/trace/sniff/classify.ts';
 import type { Http1Info } from '../../../src/trace/sniff/types.ts';
 import { createTracer } from '../../../src/trace/tracer.ts';
 import { ep } from '../../helpers/endpoints.ts';
 import { allocatedPerStep } from '../../helpers/heap.ts';
+import { type HandMadeConnection, handMadeConnection } from '../../helpers/tracer.ts';
 
-type Conn = { -readonly [K in keyof ConnectionInfo]: ConnectionInfo[K] };
+type Conn = HandMadeConnection;
 
 const endpoint = ep('10.1.0.1', 8080);
 
 /** A connection as the relay makes one. */
 function conn(n: number, startMs = 1_800_000_000_000 + n * 10): Conn {
-  return {
-    id: n + 1,
-    service: 'prod/shop:web' as ServicePortName,
-    protocol: 'TCP',
-    clientAddress: `10.244.1.${(n % 200) + 10}`,
-    clientPort: 20_000 + (n % 40_000),
-    endpoint,
-    startMs,
-    endMs: 0,
-    bytesFromClient: 0,
-    bytesToClient: 0,
-    failedAttempts: [],
-    closeReason: undefined,
-    observerData: undefined,
-  };
+  return handMadeConnection(n + 1, `10.244.1.${(n % 200) + 10}`, 20_000 + (n % 40_000), endpoint, startMs);
 }
 
 const REQUESTS = Array.from({ length: 8 }, (_, i) =>
