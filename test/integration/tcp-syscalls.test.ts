@@ -97,7 +97,7 @@ test('a proxied connection makes no SO_ERROR, TCP_CORK or end-of-stream peek cal
   // Was 1 (recv MSG_PEEK for the end of stream behind the answer).
   assert.ok(peeks / CONNECTIONS < 0.1, `${peeks / CONNECTIONS} peeks a connection`);
   // The relay reads with recv(), not read() (a socket's read() takes the VFS's way to the same
-  // sock_recvmsg): a request, its answer and each side's end of stream, none through read().
+  // sock_recvmsg): the request and its answer (the ends of stream come with EPOLLRDHUP), none through read().
   assert.ok(per('recvfrom') >= 2, `recvfrom ${per('recvfrom')} a connection`);
   assert.ok(per('read') < 0.5, `read ${per('read')} a connection`);
   // An ADD for each side; was 5 (the client's and the endpoint's MOD at the connect, a DEL at the end of
