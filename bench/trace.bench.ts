@@ -11,8 +11,7 @@ import v8 from 'node:v8';
 import { pino } from 'pino';
 import { silentLogger } from '../src/lib/log.ts';
 import { RoundRobinBalancer } from '../src/loadbalancer/round-robin.ts';
-import type { CloseReason } from '../src/relay/close-reason.ts';
-import type { ConnectionInfo, ConnectionObserver } from '../src/relay/observer.ts';
+import type { ConnectionObserver } from '../src/relay/observer.ts';
 import type { ServicePortContext } from '../src/relay/service-context.ts';
 import { newServicePortStats } from '../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../src/relay/tcp.ts';
@@ -20,6 +19,7 @@ import { endpointKey } from '../src/state/endpoint.ts';
 import type { ServicePortName, TraceMode } from '../src/state/service-port.ts';
 import { ConnectionTable } from '../src/trace/connection-table.ts';
 import { createTracer } from '../src/trace/tracer.ts';
+import { handMadeConnection } from '../test/helpers/tracer.ts';
 
 type Backends = { upload: number; download: number; cps: number };
 type ChildMessage =
@@ -275,25 +275,7 @@ async function pacedConnections(
 }
 
 /** A stand-in for the relay's connection object: what the observer reads. */
-function fakeConnection(
-  id: number,
-): ConnectionInfo & { endMs: number; closeReason: CloseReason | undefined } {
-  return {
-    id,
-    service: 'bench/cps:tcp' as ServicePortName,
-    protocol: 'TCP',
-    clientAddress: '127.0.0.1',
-    clientPort: 40000,
-    endpoint: undefined,
-    startMs: 1,
-    endMs: 0,
-    bytesFromClient: 0,
-    bytesToClient: 0,
-    failedAttempts: [],
-    closeReason: undefined,
-    observerData: undefined,
-  };
-}
+const fakeConnection = (id: number) => handMadeConnection(id, '127.0.0.1', 40000, undefined, 1);
 
 function nsPer(iterations: number, fn: (i: number) => void): number {
   for (let i = 0; i < Math.min(iterations, 20_000); i++) fn(i); // warm up the JIT
