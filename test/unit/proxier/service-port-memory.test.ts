@@ -59,7 +59,10 @@ function slice(i: number, ips: readonly string[]): EndpointSlice {
 }
 
 /** The heap per service port of `count` Services (each with the endpoints `ips(i)`) over none. */
-async function heapPerServicePort(ips: (i: number) => readonly string[]): Promise<number> {
+async function heapPerServicePort(
+  ips: (i: number) => readonly string[],
+  services = SERVICES,
+): Promise<number> {
   const state = new ProxyState({ nodeName: NODE, warn: () => {} });
   const intake = new Intake(state, { warn: () => {}, nodeName: NODE });
   const proxier = new Proxier(
@@ -78,34 +81,48 @@ async function heapPerServicePort(ips: (i: number) => readonly string[]): Promis
   intake.onEndpointSlicesSynced();
   await proxier.sync();
   const before = await usedHeap();
-  for (let i = 1; i <= SERVICES; i++) {
+  for (let i = 1; i <= services; i++) {
     intake.onServiceAdd(service(i));
     intake.onEndpointSliceAdd(slice(i, ips(i)));
   }
   await proxier.sync();
   proxier.releaseChanges();
-  assert.equal(proxier.size, SERVICES);
+  assert.equal(proxier.size, services);
   const after = await usedHeap();
   proxier.destroy();
-  return (after - before) / SERVICES;
+  return (after - before) / services;
+}
+
+/**
+ * The median of three measures of heapPerServicePort, after one of 500 Services whose figure is dropped:
+ * the first run's code (bytecode, feedback, the intake's and proxier's first allocations) is not the
+ * service ports', and one measure moves by ~200 bytes with where the collector's pages stand.
+ */
+async function medianHeapPerServicePort(ips: (i: number) => readonly string[]): Promise<number> {
+  await heapPerServicePort(ips, 500);
+  const measures: number[] = [];
+  for (let k = 0; k < 3; k++) measures.push(await heapPerServicePort(ips));
+  measures.sort((a, b) => a - b);
+  return measures[1]!;
 }
 
 // Before one record per service port (the proxier's, the loop guard's and the state's maps by service
 // port folded into the runtime and the state's ports by Service; no index of who lists which endpoint;
-// an endpoint of one list without a count) these were ~2,270 and ~3,430 bytes.
-test('an idle service port, the same five pods behind every Service: under 1,850 bytes in the state and the proxier', async () => {
-  const perPort = await heapPerServicePort(() => [
+// an endpoint of one list without a count) these were ~2,270 and ~3,430 bytes (one measure each, the
+// first run's code counted in the first); now ~1,500 and ~2,590.
+test('an idle service port, the same five pods behind every Service: under 1,700 bytes in the state and the proxier', async () => {
+  const perPort = await medianHeapPerServicePort(() => [
     '10.244.1.5',
     '10.244.2.5',
     '10.244.3.5',
     '10.244.4.5',
     '10.244.5.5',
   ]);
-  assert.ok(perPort < 1850, `${perPort.toFixed(0)} bytes a service port`);
+  assert.ok(perPort < 1700, `${perPort.toFixed(0)} bytes a service port`);
 });
 
 test('an idle service port, five pods of its own: under 3,000 bytes in the state and the proxier', async () => {
-  const perPort = await heapPerServicePort((i) =>
+  const perPort = await medianHeapPerServicePort((i) =>
     [1, 2, 3, 4, 5].map((k) => `10.${240 + k}.${i >> 8}.${i & 255}`),
   );
   assert.ok(perPort < 3000, `${perPort.toFixed(0)} bytes a service port`);

@@ -139,13 +139,21 @@ test('a sniffed connection that closes before any byte is no-data; one not sniff
 });
 
 test('an active entry copies nothing of its connection (< 100 B each; 184 when it kept its own id, service, client, endpoint and start)', async () => {
-  const n = 4000;
+  // Enough entries, and the median of three tables, that the heap's own movement between two readings (up
+  // to ~500 KB: fragments of pages too small to reuse count as used) does not decide.
+  const n = 40_000;
   const conns = Array.from({ length: n }, () => conn({ startMs: 1_800_000_000_000 }));
-  const table = new ConnectionTable();
-  const before = await usedHeap();
-  for (const c of conns) table.open(c).sniff();
-  const each = ((await usedHeap()) - before) / n;
-  assert.equal(table.activeCount, n);
+  const measures: number[] = [];
+  let table = new ConnectionTable();
+  for (let k = 0; k < 3; k++) {
+    table.clear();
+    table = new ConnectionTable();
+    const before = await usedHeap();
+    for (const c of conns) table.open(c).sniff();
+    measures.push(((await usedHeap()) - before) / n);
+    assert.equal(table.activeCount, n);
+  }
+  const each = measures.sort((a, b) => a - b)[1]!;
   assert.ok(each < 100, `${each.toFixed(0)} B an entry`);
   // What is read from the connection is what it was opened with.
   const last = conns[n - 1]!;
