@@ -8,6 +8,25 @@
 #include <node_api.h>
 #include <sys/socket.h>
 
+// The dotted quad of an IPv4 address (network order) into `text`: what inet_ntop(AF_INET) writes, without
+// the printf it formats each byte with (~0.3 % of the process's CPU under new connections, one a connection).
+static inline void ipv4_text(const struct in_addr* a, char text[INET_ADDRSTRLEN]) {
+  const unsigned char* b = (const unsigned char*)&a->s_addr;
+  char* p = text;
+  for (int i = 0; i < 4; i++) {
+    unsigned v = b[i];
+    if (v >= 100) {
+      *p++ = (char)('0' + v / 100);
+      v %= 100;
+      *p++ = (char)('0' + v / 10);
+    } else if (v >= 10) {
+      *p++ = (char)('0' + v / 10);
+    }
+    *p++ = (char)('0' + v % 10);
+    *p++ = i < 3 ? '.' : '\0';
+  }
+}
+
 // `text` gets the IPv4 or IPv6 address ("" for another family); returns the port (0 then).
 static inline int sockaddr_text(const struct sockaddr_storage* addr, char text[INET6_ADDRSTRLEN]) {
   text[0] = '\0';
@@ -18,7 +37,7 @@ static inline int sockaddr_text(const struct sockaddr_storage* addr, char text[I
   }
   if (addr->ss_family == AF_INET) {
     const struct sockaddr_in* a4 = (const struct sockaddr_in*)addr;
-    inet_ntop(AF_INET, &a4->sin_addr, text, INET6_ADDRSTRLEN);
+    ipv4_text(&a4->sin_addr, text);
     return ntohs(a4->sin_port);
   }
   return 0;
