@@ -12,8 +12,11 @@
 // in the same segment as the last of them (MSG_MORE) when they leave together; a reset or an error
 // closes both sides, as the JavaScript relay's destroy() does. The idle, half-close and stall timeouts
 // run on one timer per connection. JavaScript hears of a connection once, when it is over: the callback
-// given to setup() gets (owner, reason, bytes from the client, bytes to the client); abort() ends one
-// without the callback.
+// given to setup() gets (slot, reason, bytes from the client, bytes to the client); abort() ends one
+// without the callback. A relay is its slot for JavaScript, which keeps each slot's owner (a Node-API
+// reference a relay cost a global handle and a heap allocation made and freed per connection, and one
+// lookup per callback); a slot freed during an epoll batch is reused only after it, so that what the
+// batch queued for JavaScript (below) names the relay it was queued for.
 //
 // The tap: a traced connection is dialled (or handed over at connect) while its sniffer still wants bytes.
 // While a side's tap is on (dial()'s `tap`, tap()), each chunk read from it is first written on (the write
@@ -92,7 +95,6 @@ typedef struct {
 struct relay {
   side_t sides[2];
   uv_timer_t timer;
-  napi_ref owner;
   int32_t slot;
   int closing;  // its timer is being closed: freed in its close callback
   int reason;   // the first abort's
@@ -119,16 +121,16 @@ static char g_static_buf[READ_SIZE];
 static char* g_buf = g_static_buf;
 // The tap's queue: what a batch has for JavaScript about its tapped relays, handed over in one call (see
 // tap_flush). Small chunks are copied into the area after the read buffer, a larger one is handed over
-// from the read buffer at once; each entry is TAP_FIELDS numbers in setupTap()'s Float64Array. The Buffer
+// from the read buffer at once; each entry is TAP_FIELDS numbers in setupTap()'s Float64Array, the last
+// its relay's slot. The Buffer
 // ends with TAP_COPY_MAX bytes of JavaScript's own (tcp-offload.ts moves a small chunk there for its call).
 #define TAP_AREA 16384
 #define TAP_COPY_MAX 4096
 #define TAP_ENTRIES 64
-#define TAP_FIELDS 5
+#define TAP_FIELDS 6
 enum { Q_TAP = 0, Q_CONNECTED = 1, Q_ENDED = 2 };
 typedef struct {
   relay_t* relay;  // valid through the batch: a relay's memory is freed by its timer's close callback
-  napi_ref owner;  // the relay's; a Q_ENDED entry's is its own (the relay let go of it), deleted at the flush
   int kind;
 } queued_t;
 static queued_t g_queue[TAP_ENTRIES];
@@ -139,6 +141,7 @@ static napi_ref g_tap_info_ref;
 static relay_t** g_slots;
 static int32_t g_slot_count;
 static int32_t g_free_head = -1;  // free slots are chained through g_next_free
+static int32_t g_freed_head = -1; // slots freed during the batch, free once it is over (batch_end)
 static int32_t* g_next_free;
 static int32_t g_active;
 static int g_epfd = -1;   // the relays' epoll set
@@ -175,11 +178,28 @@ static int32_t slot_take(relay_t* r) {
   return s;
 }
 
+static int g_batching;
+
 static void slot_free(int32_t s) {
   g_slots[s] = NULL;
-  g_next_free[s] = g_free_head;
-  g_free_head = s;
+  if (g_batching) {
+    g_next_free[s] = g_freed_head;
+    g_freed_head = s;
+  } else {
+    g_next_free[s] = g_free_head;
+    g_free_head = s;
+  }
   if (--g_active == 0) uv_unref((uv_handle_t*)&g_epoll);
+}
+
+// The slots freed during the batch become free (its queue has gone to JavaScript).
+static void slots_release(void) {
+  while (g_freed_head >= 0) {
+    int32_t s = g_freed_head;
+    g_freed_head = g_next_free[s];
+    g_next_free[s] = g_free_head;
+    g_free_head = s;
+  }
 }
 
 static relay_t* slot_get(int32_t s) {
@@ -239,7 +259,6 @@ static int pass_fin(relay_t* r, side_t* from) {
 }
 
 // The calls into JavaScript of one epoll batch share one callback scope (batch_scope.h).
-static int g_batching;
 static batch_scope_t g_batch_scope;
 static napi_ref g_batch_resource;  // the scope's resource object (async_hooks')
 
@@ -266,19 +285,21 @@ static void tap_flush(void);
 static void batch_end(void) {
   tap_flush();
   g_batching = 0;
+  slots_release();
   batch_scope_close(g_env, &g_batch_scope);
 }
 
-// Calls `fn_ref` with argv (argv[0], the owner, is `this`) between js_begin and js_end: in a batch's
+// Calls `fn_ref` with argv (`this` is the global object) between js_begin and js_end: in a batch's
 // callback scope, or with make_callback (a timer's callback), which runs the microtasks and ticks after
 // it, as Node's own callbacks do. A throw is the process's uncaught exception. `returned`, when given:
 // whether it returned true.
 static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* returned) {
   napi_env env = g_env;
-  napi_value fn, result;
+  napi_value fn, recv, result;
   napi_get_reference_value(env, fn_ref, &fn);
-  napi_status status = g_batching ? napi_call_function(env, argv[0], fn, argc, argv, &result)
-                                  : napi_make_callback(env, g_async, argv[0], fn, argc, argv, &result);
+  napi_get_global(env, &recv);
+  napi_status status = g_batching ? napi_call_function(env, recv, fn, argc, argv, &result)
+                                  : napi_make_callback(env, g_async, recv, fn, argc, argv, &result);
   if (status == napi_pending_exception) {
     napi_value err;
     napi_get_and_clear_last_exception(env, &err);
@@ -288,12 +309,13 @@ static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* return
   if (returned != NULL) napi_get_value_bool(env, result, returned);
 }
 
-// Hands what the queue holds to JavaScript in one call, onTap(owners, count): entry i is owners[i]'s,
-// described by TAP_FIELDS numbers of setupTap()'s array from i × TAP_FIELDS: its kind, then
+// Hands what the queue holds to JavaScript in one call, onTap(count): entry i is described by TAP_FIELDS
+// numbers of setupTap()'s array from i × TAP_FIELDS: its kind, then
 //   Q_TAP: side, offset and length of the chunk in setupTap()'s Buffer; JavaScript writes the fifth, 1
 //          while the connection still wants bytes (0: both taps off for good);
-//   Q_CONNECTED: the attempt connected (onConnect(owner, 0) for a relay dialled with the tap);
-//   Q_ENDED: reason, bytes from the client, bytes to it (onEnd's).
+//   Q_CONNECTED: the attempt connected (onConnect(slot, 0) for a relay dialled with the tap);
+//   Q_ENDED: reason, bytes from the client, bytes to it (onEnd's);
+// and last, the relay's slot (not reused before the batch is over: slot_free).
 // A traced connection's calls into JavaScript were one a chunk, its connect and its end (four for a short
 // HTTP exchange); in a batch they are one for all the batch's traced relays, whose sniffing runs back to
 // back (what was measured: docs/performance-findings.md, eighth session). Called before any other call
@@ -305,16 +327,9 @@ static void tap_flush(void) {
   g_area_used = 0;
   napi_env env = g_env;
   napi_handle_scope scope = js_begin();
-  napi_value argv[2];
-  napi_create_array_with_length(env, (size_t)n, &argv[0]);
-  for (int i = 0; i < n; i++) {
-    napi_value owner;
-    napi_get_reference_value(env, g_queue[i].owner, &owner);
-    napi_set_element(env, argv[0], (uint32_t)i, owner);
-    if (g_queue[i].kind == Q_ENDED) napi_delete_reference(env, g_queue[i].owner);
-  }
-  napi_create_int32(env, n, &argv[1]);
-  call_js(g_on_tap, 2, argv, NULL);
+  napi_value argv[1];
+  napi_create_int32(env, n, &argv[0]);
+  call_js(g_on_tap, 1, argv, NULL);
   js_end(scope);
   for (int i = 0; i < n; i++) {
     relay_t* r = g_queue[i].relay;
@@ -324,14 +339,14 @@ static void tap_flush(void) {
 }
 
 // An entry at the queue's end (the caller made room): its fields, from the second on.
-static double* enqueue(relay_t* r, napi_ref owner, int kind) {
+static double* enqueue(relay_t* r, int kind) {
   int i = g_queued++;
   g_queue[i].relay = r;
-  g_queue[i].owner = owner;
   g_queue[i].kind = kind;
   double* f = g_tap_info + i * TAP_FIELDS;
   f[0] = kind;
   f[4] = 0;
+  f[5] = r->slot;
   return f + 1;
 }
 
@@ -344,7 +359,7 @@ static int tap_chunk(relay_t* r, side_t* from, ssize_t n) {
     tap_flush();
     if (r->closing) return -1;
   }
-  double* f = enqueue(r, r->owner, Q_TAP);
+  double* f = enqueue(r, Q_TAP);
   f[0] = from->side;
   f[2] = (double)n;
   if (now) {
@@ -668,16 +683,11 @@ static void relay_end(relay_t* r, int notify) {
   }
   uv_close((uv_handle_t*)&r->timer, on_closed);
   slot_free(r->slot);
-  napi_ref owner = r->owner;
-  r->owner = NULL;
-  if (!notify) {
-    napi_delete_reference(g_env, owner);
-    return;
-  }
+  if (!notify) return;
   if (r->queued && g_batching) {
     // With the batch's other calls for traced relays (tap_flush), after this one's chunks.
     if (g_queued == TAP_ENTRIES) tap_flush();
-    double* f = enqueue(r, owner, Q_ENDED);
+    double* f = enqueue(r, Q_ENDED);
     f[0] = reason;
     f[1] = r->sides[CLIENT].bytesRead;
     f[2] = r->sides[CLIENT].bytesWritten;
@@ -687,8 +697,7 @@ static void relay_end(relay_t* r, int notify) {
   napi_env env = g_env;
   napi_handle_scope scope = js_begin();
   napi_value argv[4];
-  napi_get_reference_value(env, owner, &argv[0]);
-  napi_delete_reference(env, owner);
+  napi_create_int32(env, r->slot, &argv[0]);
   napi_create_int32(env, reason, &argv[1]);
   napi_create_double(env, r->sides[CLIENT].bytesRead, &argv[2]);
   napi_create_double(env, r->sides[CLIENT].bytesWritten, &argv[3]);
@@ -756,13 +765,14 @@ static int watch_sides(relay_t* r, uint32_t client, uint32_t upstream) {
   return 0;
 }
 
-// start(clientFd, upstreamFd, owner, idleMs, halfCloseMs, stallMs, stallCheckMs): the relay's slot
-// (>= 0), or -errno. The caller's descriptors are left to it (it closes them).
+// start(clientFd, upstreamFd, idleMs, halfCloseMs, stallMs, stallCheckMs): the relay's slot (>= 0), or
+// -errno. The caller's descriptors are left to it (it closes them). Nothing is called back before it
+// returns (the caller keeps the slot's owner then).
 static napi_value Start(napi_env env, napi_callback_info info) {
-  size_t argc = 7;
-  napi_value argv[7];
+  size_t argc = 6;
+  napi_value argv[6];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 7 || g_on_end == NULL) return int_result(env, -EINVAL);
+  if (argc < 6 || g_on_end == NULL) return int_result(env, -EINVAL);
   int fds[2] = {int_arg(env, argv[0]), int_arg(env, argv[1])};
   if (fds[0] < 0 || fds[1] < 0) return int_result(env, -EBADF);
   relay_t* r = calloc(1, sizeof *r);
@@ -795,28 +805,28 @@ static napi_value Start(napi_env env, napi_callback_info info) {
     free(r);
     return int_result(env, err);
   }
-  napi_create_reference(env, argv[2], 1, &r->owner);
-  r->idleMs = ms_arg(env, argv[3]);
-  r->halfCloseMs = ms_arg(env, argv[4]);
-  r->stallMs = ms_arg(env, argv[5]);
-  r->stallCheckMs = ms_arg(env, argv[6]);
+  r->idleMs = ms_arg(env, argv[2]);
+  r->halfCloseMs = ms_arg(env, argv[3]);
+  r->stallMs = ms_arg(env, argv[4]);
+  r->stallCheckMs = ms_arg(env, argv[5]);
   r->lastActivity = uv_now(g_loop);
   uv_timer_init(g_loop, &r->timer);
   // Never holds the process by itself (the epoll set does while relays run, as the sockets did).
   uv_unref((uv_handle_t*)&r->timer);
   r->timer.data = r;
-  update(r);
+  // Both sides are watched for what update() would ask (nothing waits yet): only the timer is left.
+  arm_timer(r);
   return int_result(env, r->slot);
 }
 
 // Dialling. dial() takes the client's descriptor (a dup, as start()) and connects to the endpoint itself
 // (socket, TCP_NODELAY, a non-blocking connect, watched for writable, SO_ERROR), instead of Node's
 // net.connect: no net.Socket and libuv handle built only to be handed over. JavaScript still picks every
-// endpoint: it hears of each attempt's end once, onConnect(owner, status) (0: connected, the relay runs
+// endpoint: it hears of each attempt's end once, onConnect(slot, status) (0: connected, the relay runs
 // from there on; -errno; CONNECT_TIMEOUT), and dials the next endpoint on the same slot (redial) or
 // aborts. A retry's socket takes the failed one's descriptor number (dup3).
 
-// onConnect(owner, status); the last thing its caller does (JavaScript may redial or abort from it). A
+// onConnect(slot, status); the last thing its caller does (JavaScript may redial or abort from it). A
 // relay dialled with the tap that connected is told in the batch's call for its traced relays (tap_flush),
 // before its first chunks.
 static void notify_connect(relay_t* r, int status) {
@@ -825,7 +835,7 @@ static void notify_connect(relay_t* r, int status) {
       tap_flush();
       if (r->closing) return;
     }
-    enqueue(r, r->owner, Q_CONNECTED);
+    enqueue(r, Q_CONNECTED);
     return;
   }
   tap_flush();
@@ -833,7 +843,7 @@ static void notify_connect(relay_t* r, int status) {
   napi_env env = g_env;
   napi_handle_scope scope = js_begin();
   napi_value argv[2];
-  napi_get_reference_value(env, r->owner, &argv[0]);
+  napi_create_int32(env, r->slot, &argv[0]);
   napi_create_int32(env, status, &argv[1]);
   call_js(g_on_connect, 2, argv, NULL);
   js_end(scope);
@@ -953,19 +963,20 @@ static napi_value SetupDial(napi_env env, napi_callback_info info) {
   return int_result(env, 0);
 }
 
-// dial(clientFd, ip, port, owner, connectTimeoutMs, idleMs, halfCloseMs, stallMs, stallCheckMs, take, tap):
-// the relay's slot (>= 0), connecting; or -errno when nothing was started (no socket, no dup: the caller
-// dials the way it did before). The client's descriptor is left to the caller (it closes it), unless
+// dial(clientFd, ip, port, connectTimeoutMs, idleMs, halfCloseMs, stallMs, stallCheckMs, take, tap): the
+// relay's slot (>= 0), connecting; or -errno when nothing was started (no socket, no dup: the caller
+// dials the way it did before); nothing is called back before it returns (a failure to connect at once
+// is told on the next turn). The client's descriptor is left to the caller (it closes it), unless
 // `take` is 1 (a descriptor of no socket's, from the native listener): then it is the relay's, no dup.
 // `tap` (as tap()'s mask; setupTap() first) taps it from its first byte, and its connect and its end are
 // told with its chunks (tap_flush).
 static napi_value Dial(napi_env env, napi_callback_info info) {
-  size_t argc = 11;
-  napi_value argv[11];
+  size_t argc = 10;
+  napi_value argv[10];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  int take = argc >= 10 && int_arg(env, argv[9]) == 1;
-  int32_t tap = argc >= 11 && g_on_tap != NULL ? int_arg(env, argv[10]) : 0;
-  if (argc < 9 || g_on_end == NULL || g_on_connect == NULL) return int_result(env, -EINVAL);
+  int take = argc >= 9 && int_arg(env, argv[8]) == 1;
+  int32_t tap = argc >= 10 && g_on_tap != NULL ? int_arg(env, argv[9]) : 0;
+  if (argc < 8 || g_on_end == NULL || g_on_connect == NULL) return int_result(env, -EINVAL);
   int clientFd = int_arg(env, argv[0]);
   if (clientFd < 0) return int_result(env, -EBADF);
   struct sockaddr_storage addr;
@@ -1004,11 +1015,10 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
     free(r);
     return int_result(env, err);
   }
-  napi_create_reference(env, argv[3], 1, &r->owner);
-  r->idleMs = ms_arg(env, argv[5]);
-  r->halfCloseMs = ms_arg(env, argv[6]);
-  r->stallMs = ms_arg(env, argv[7]);
-  r->stallCheckMs = ms_arg(env, argv[8]);
+  r->idleMs = ms_arg(env, argv[4]);
+  r->halfCloseMs = ms_arg(env, argv[5]);
+  r->stallMs = ms_arg(env, argv[6]);
+  r->stallCheckMs = ms_arg(env, argv[7]);
   if (tap > 0) {
     r->sides[CLIENT].tap = (tap & 1) != 0;
     r->sides[UPSTREAM].tap = (tap & 2) != 0;
@@ -1017,7 +1027,7 @@ static napi_value Dial(napi_env env, napi_callback_info info) {
   uv_timer_init(g_loop, &r->timer);
   uv_unref((uv_handle_t*)&r->timer);
   r->timer.data = r;
-  start_connect(r, &addr, len, ms_arg(env, argv[4]));
+  start_connect(r, &addr, len, ms_arg(env, argv[3]));
   return int_result(env, r->slot);
 }
 
@@ -1056,7 +1066,7 @@ static napi_value LocalName(napi_env env, napi_callback_info info) {
   return local_name_js(env, r == NULL ? -1 : r->sides[UPSTREAM].fd);
 }
 
-// setupTap(onTap, info): the callback of the tap's queue (tap_flush: onTap(owners, count)), and `info`, a
+// setupTap(onTap, info): the callback of the tap's queue (tap_flush: onTap(count)), and `info`, a
 // Float64Array of TAP_FIELDS × TAP_ENTRIES numbers, where its entries are described; returns the Buffer the
 // chunks' offsets point into (the read buffer, the queue's area, and TAP_COPY_MAX bytes for JavaScript).
 static napi_value SetupTap(napi_env env, napi_callback_info info) {

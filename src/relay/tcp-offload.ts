@@ -26,17 +26,17 @@ import { getSystemErrorName } from 'node:util';
 import { type AddonSupport, loadAddon } from '../lib/native-addon.ts';
 import type { CloseReason } from './close-reason.ts';
 
-/** native/tcp_relay.c. Slots are small integers, reused once a relay has ended. */
+/**
+ * native/tcp_relay.c. Slots are small integers, reused once a relay has ended (not before the epoll
+ * batch it ended in is over); the callbacks name a relay by its slot, whose owner TcpOffload keeps.
+ */
 export interface TcpRelayCalls {
-  /** The function every relay that ends by itself calls: (owner, reason code, bytes from / to the client). */
-  setup(
-    onEnd: (this: object, owner: object, reason: number, fromClient: number, toClient: number) => void,
-  ): number;
-  /** Takes a connection over (dups both descriptors); its slot, or -errno. */
+  /** The function every relay that ends by itself calls: (slot, reason code, bytes from / to the client). */
+  setup(onEnd: (slot: number, reason: number, fromClient: number, toClient: number) => void): number;
+  /** Takes a connection over (dups both descriptors); its slot, or -errno. Calls nothing back before it returns. */
   start(
     clientFd: number,
     upstreamFd: number,
-    owner: object,
     idleMs: number,
     halfCloseMs: number,
     stallMs: number,
@@ -53,31 +53,28 @@ export interface TcpRelayCalls {
   /** Relays running. */
   active(): number;
   /**
-   * The callback of the tap's queue, once a batch: `count` entries, the i-th owners[i]'s, described by
-   * TAP_FIELDS numbers of `info` from i × TAP_FIELDS (see onTap). Returns the Buffer a chunk's offset
-   * points into (valid during the call only), or -errno.
+   * The callback of the tap's queue, once a batch: `count` entries, each described by TAP_FIELDS numbers
+   * of `info` from i × TAP_FIELDS, the last its relay's slot (see onTap). Returns the Buffer a chunk's
+   * offset points into (valid during the call only), or -errno.
    */
-  setupTap(
-    onTap: (this: object, owners: object[], count: number) => void,
-    info: Float64Array,
-  ): Buffer | number;
+  setupTap(onTap: (count: number) => void, info: Float64Array): Buffer | number;
   /** Taps on: 1 the client's bytes, 2 the endpoint's, 0 none; 0 or -ENOENT. */
   tap(slot: number, mask: number): number;
 }
 
 /** native/tcp_relay.c's dialling; absent from a build that predates it. */
 export interface TcpDialCalls {
-  /** The function every attempt's end calls: (owner, status: 0 connected, -errno, CONNECT_TIMEOUT). */
-  setupDial(onConnect: (this: object, owner: object, status: number) => void): number;
+  /** The function every attempt's end calls: (slot, status: 0 connected, -errno, CONNECT_TIMEOUT). */
+  setupDial(onConnect: (slot: number, status: number) => void): number;
   /**
    * Takes the client over (dups its descriptor) and connects to ip:port; the relay's slot (it relays
-   * once connected), or -errno when nothing was started (no socket or no dup could be had).
+   * once connected), or -errno when nothing was started (no socket or no dup could be had). Calls
+   * nothing back before it returns.
    */
   dial(
     clientFd: number,
     ip: string,
     port: number,
-    owner: object,
     connectTimeoutMs: number,
     idleMs: number,
     halfCloseMs: number,
@@ -158,12 +155,29 @@ export interface OffloadOwner {
   relayTapped(side: number, chunk: Buffer): boolean;
 }
 
-function onEnd(owner: object, code: number, fromClient: number, toClient: number): void {
-  (owner as OffloadOwner).relayEnded(closeReasonOf(code), fromClient, toClient);
+/**
+ * The owner of each running relay, by slot: one table for the process, as the addon is one. A slot's
+ * entry is set when start() or dial() returns it and cleared by its end (told, or abort()). The addon
+ * held a Node-API reference a relay instead: a global handle and a heap allocation made and freed a
+ * connection, and one lookup a callback.
+ */
+const owners: (OffloadOwner | undefined)[] = [];
+
+function onEnd(slot: number, code: number, fromClient: number, toClient: number): void {
+  const owner = owners[slot];
+  owners[slot] = undefined;
+  owner?.relayEnded(closeReasonOf(code), fromClient, toClient);
 }
 
-function onConnect(owner: object, status: number): void {
-  (owner as OffloadOwner).attemptEnded(status);
+function onConnect(slot: number, status: number): void {
+  owners[slot]?.attemptEnded(status);
+}
+
+/** Relays running, by their owners' count (a test checks that every end let go of its owner). */
+export function ownedRelays(): number {
+  let n = 0;
+  for (const o of owners) if (o !== undefined) n++;
+  return n;
 }
 
 /** The addon's dialling, when it has it and KUP_TCP_DIAL is not off. */
@@ -175,12 +189,60 @@ function dialCalls(calls: TcpRelayCalls, env: NodeJS.ProcessEnv): TcpDialCalls |
   return dial as TcpDialCalls;
 }
 
+/** The addon's dialling for owners: what a connection calls (it keeps the slot's owner). */
+export class TcpDial {
+  readonly calls: TcpDialCalls;
+
+  constructor(calls: TcpDialCalls) {
+    this.calls = calls;
+    calls.setupDial(onConnect);
+  }
+
+  /** TcpDialCalls.dial for `owner`, which hears of the attempts and the end. */
+  dial(
+    owner: OffloadOwner,
+    clientFd: number,
+    ip: string,
+    port: number,
+    connectTimeoutMs: number,
+    idleMs: number,
+    halfCloseMs: number,
+    stallMs: number,
+    stallCheckMs: number,
+    take: number,
+    tap: number,
+  ): number {
+    const slot = this.calls.dial(
+      clientFd,
+      ip,
+      port,
+      connectTimeoutMs,
+      idleMs,
+      halfCloseMs,
+      stallMs,
+      stallCheckMs,
+      take,
+      tap,
+    );
+    if (slot >= 0) owners[slot] = owner;
+    return slot;
+  }
+
+  redial(slot: number, ip: string, port: number, connectTimeoutMs: number): number {
+    return this.calls.redial(slot, ip, port, connectTimeoutMs);
+  }
+
+  localName(slot: number): [string, number] | undefined {
+    return this.calls.localName(slot);
+  }
+}
+
 /** Numbers an entry of the tap's queue takes (native/tcp_relay.c's TAP_FIELDS), and its entries at most. */
-export const TAP_FIELDS = 5;
+export const TAP_FIELDS = 6;
 const TAP_ENTRIES = 64;
 /** An entry's kind (its first number): a chunk (side, offset, length; the fifth is written back: 1 while
  * the connection wants more), a connect (a relay dialled with the tap), an end (reason, bytes from and to
- * the client). */
+ * the client); the sixth is the relay's slot. */
 const Q_TAP = 0;
 const Q_CONNECTED = 1;
 
@@ -216,18 +278,27 @@ function tapChunk(offset: number, length: number): Buffer {
   return view;
 }
 
-/** The tap's queue of a batch, in order: each owner's chunks, its connect, its end, as they happened. */
-function onTap(owners: object[], count: number): void {
+/**
+ * The tap's queue of a batch, in order: each relay's chunks, its connect, its end, as they happened. An
+ * entry whose relay was aborted earlier in the call has no owner any more: skipped (its slot is not
+ * reused before the batch is over).
+ */
+function onTap(count: number): void {
   const info = tapInfo;
   tapCalls.calls++;
   for (let i = 0, f = 0; i < count; i++, f += TAP_FIELDS) {
-    const owner = owners[i] as OffloadOwner;
+    const slot = info[f + 5]!;
+    const owner = owners[slot];
+    if (owner === undefined) continue;
     const kind = info[f];
     if (kind === Q_TAP) {
       info[f + 4] = owner.relayTapped(info[f + 1]!, tapChunk(info[f + 2]!, info[f + 3]!)) ? 1 : 0;
       tapCalls.chunks++;
     } else if (kind === Q_CONNECTED) owner.attemptEnded(0);
-    else owner.relayEnded(closeReasonOf(info[f + 1]!), info[f + 2]!, info[f + 3]!);
+    else {
+      owners[slot] = undefined;
+      owner.relayEnded(closeReasonOf(info[f + 1]!), info[f + 2]!, info[f + 3]!);
+    }
   }
 }
 
@@ -243,7 +314,7 @@ export function tapEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
 export class TcpOffload {
   readonly calls: TcpRelayCalls;
   /** Dialling in the addon; undefined without it (an older build, or KUP_TCP_DIAL=off). */
-  readonly dial: TcpDialCalls | undefined;
+  readonly dial: TcpDial | undefined;
   /** Hand-overs so far, dialled ones included (a test and /metrics-free debugging look at it). */
   started = 0;
   /** Connections dialled by the addon so far. */
@@ -257,14 +328,35 @@ export class TcpOffload {
   constructor(calls: TcpRelayCalls, tap = tapEnabled(), env: NodeJS.ProcessEnv = process.env) {
     this.calls = calls;
     calls.setup(onEnd);
-    this.dial = dialCalls(calls, env);
-    this.dial?.setupDial(onConnect);
+    const dial = dialCalls(calls, env);
+    this.dial = dial === undefined ? undefined : new TcpDial(dial);
     const buffer = tap ? calls.setupTap(onTap, tapInfo) : 0;
     this.tap = typeof buffer !== 'number';
     if (typeof buffer !== 'number' && buffer !== tapBuffer) {
       tapBuffer = buffer;
       tapViews = new Array(TAP_VIEWS);
     }
+  }
+
+  /** TcpRelayCalls.start for `owner`, which hears of the end; the slot, or -errno. */
+  start(
+    owner: OffloadOwner,
+    clientFd: number,
+    upstreamFd: number,
+    idleMs: number,
+    halfCloseMs: number,
+    stallMs: number,
+    stallCheckMs: number,
+  ): number {
+    const slot = this.calls.start(clientFd, upstreamFd, idleMs, halfCloseMs, stallMs, stallCheckMs);
+    if (slot >= 0) owners[slot] = owner;
+    return slot;
+  }
+
+  /** Closes a relay's both sides now (with RST when reset is 1); its owner hears nothing. 0 or -ENOENT. */
+  abort(slot: number, reset: number): number {
+    owners[slot] = undefined;
+    return this.calls.abort(slot, reset);
   }
 
   /** Bytes from the client and to it since the hand-over (both 0 once it ended). */

@@ -38,7 +38,7 @@ import {
   type OffloadOwner,
   processTcpRelay,
   TAP_BOTH,
-  type TcpDialCalls,
+  type TcpDial,
   type TcpOffload,
 } from './tcp-offload.ts';
 
@@ -347,10 +347,10 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
         fd < 0
           ? -1
           : dial.dial(
+              this,
               fd,
               endpoint.ip,
               endpoint.port,
-              this,
               timeoutMs,
               options.idleTimeoutMs,
               options.halfCloseTimeoutMs,
@@ -421,7 +421,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
   /** Closes the client of a connection that reached no endpoint. */
   #dropClient(): void {
     if (this.relay >= 0) {
-      this.listener.offload!.calls.abort(this.relay, 0);
+      this.listener.offload!.abort(this.relay, 0);
       this.#relayDone(0, 0);
     } else if (this.clientFd >= 0) {
       this.listener.accept!.calls.closeFd(this.clientFd, 0);
@@ -576,10 +576,10 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     const upstreamFd = socketFd(upstream);
     if (clientFd < 0 || upstreamFd < 0) return false;
     const o = this.listener.options;
-    const slot = offload.calls.start(
+    const slot = offload.start(
+      this,
       clientFd,
       upstreamFd,
-      this,
       o.idleTimeoutMs,
       o.halfCloseTimeoutMs,
       o.stallTimeoutMs,
@@ -666,7 +666,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       const offload = this.listener.offload!;
       const fromClient = offload.fromClient(relay);
       const toClient = offload.toClient(relay);
-      offload.calls.abort(relay, reason === 'stalled' ? 1 : 0);
+      offload.abort(relay, reason === 'stalled' ? 1 : 0);
       this.#relayDone(fromClient, toClient);
       this.finish(reason);
       return;
@@ -996,7 +996,7 @@ type ListenerShared = {
   readonly ownTraffic: OwnTraffic;
   readonly tcpFin: TcpFinCalls | undefined;
   readonly offload: TcpOffload | undefined;
-  readonly dial: TcpDialCalls | undefined;
+  readonly dial: TcpDial | undefined;
   readonly accept: TcpAccept | undefined;
   readonly sweeper: Sweeper;
   /** Joined with the first connection: an idle listener is not swept (its entry was ~27 bytes). */
@@ -1140,7 +1140,7 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   }
 
   /** The native relay's dialling, when connections may use it (TcpRelayDeps.tcpDial). */
-  get dial(): TcpDialCalls | undefined {
+  get dial(): TcpDial | undefined {
     return this.#shared.dial;
   }
 

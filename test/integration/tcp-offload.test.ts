@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { ConnectionInfo, ConnectionObserver } from '../../src/relay/observer.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener, type TcpRelayOptions } from '../../src/relay/tcp.ts';
-import { processTcpRelay, TcpOffload } from '../../src/relay/tcp-offload.ts';
+import { ownedRelays, processTcpRelay, TcpOffload } from '../../src/relay/tcp-offload.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 import { tcpServer, waitFor } from '../helpers/servers.ts';
@@ -347,9 +347,12 @@ test('descriptors epoll cannot watch: start() and dial() say so and leave nothin
   const b = openSync(import.meta.filename, 'r');
   try {
     const active = o.calls.active();
-    assert.ok(o.calls.start(a, b, {}, 0, 0, 0, 0) < 0, 'start() refuses them (it crashed on the poll)');
+    const owned = ownedRelays();
+    const owner = { relayEnded() {}, attemptEnded() {}, relayTapped: () => false };
+    assert.ok(o.start(owner, a, b, 0, 0, 0, 0) < 0, 'start() refuses them (it crashed on the poll)');
     const dial = o.dial!;
-    assert.ok(dial.dial(a, '127.0.0.1', 9, {}, 1000, 0, 0, 0, 0) < 0, 'dial() too');
+    assert.ok(dial.dial(owner, a, '127.0.0.1', 9, 1000, 0, 0, 0, 0, 0, 0) < 0, 'dial() too');
+    assert.equal(ownedRelays(), owned, 'no owner kept for them');
     assert.equal(o.calls.active(), active, 'no relay left running');
     // The relay still works (the slots it took are free again).
     const pod = await tcpServer('127.0.0.12', (s) => s.on('data', (d) => s.write(d)));

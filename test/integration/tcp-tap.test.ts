@@ -18,7 +18,7 @@ import { noopObserver } from '../../src/relay/observer.ts';
 import type { ServicePortContext } from '../../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { processTcpFin, socketFd } from '../../src/relay/tcp-fin.ts';
-import { processTcpRelay, TcpOffload, tapCalls } from '../../src/relay/tcp-offload.ts';
+import { ownedRelays, processTcpRelay, TcpOffload, tapCalls } from '../../src/relay/tcp-offload.ts';
 import type { Endpoint } from '../../src/state/endpoint.ts';
 import { ConnectionTable } from '../../src/trace/connection-table.ts';
 import type { Http1Info } from '../../src/trace/sniff/types.ts';
@@ -275,6 +275,45 @@ test("the chunks an epoll batch read for traced connections reach JavaScript tog
   assert.equal(tapCalls.chunks - before.chunks, n);
   // One call a chunk before; now one a batch, and one more each time the area is full (~1.5 KB × 24).
   assert.ok(tapCalls.calls - before.calls <= 6, `${tapCalls.calls - before.calls} calls for ${n} chunks`);
+});
+
+test('every relay lets go of its owner at its end: told in a batch, told alone, or aborted', async (t) => {
+  const o = offload();
+  const owned = ownedRelays();
+  // The endpoint answers a request and closes (the relays end by themselves, their ends told in the
+  // tap's batch); it echoes a ping and stays.
+  const pod = await endpoint(t, (s) =>
+    s.on('data', (d) => (String(d).startsWith('ping') ? s.write(d) : s.end(d))),
+  );
+  const context = makeContext([ep('127.0.0.12', pod.port)]);
+  const { table, tracer } = recordingTracer(t);
+  context.observer = tracer.observerFor({ trace: undefined });
+  const listener = await listen(t, context, o);
+  const n = 30;
+  const answers = await Promise.all(
+    Array.from({ length: n }, async (_, i) => {
+      const c = connect(listener.port);
+      const answer = await reply(c, `GET /${i} HTTP/1.1\r\nHost: h\r\n\r\n`);
+      c.end();
+      return answer;
+    }),
+  );
+  assert.equal(answers.length, n);
+  await waitFor(() => table.activeCount === 0 && listener.connections.size === 0, 3000, 'every close');
+  assert.equal(ownedRelays(), owned, 'the ends told in the batch let go of their owners');
+  // Untraced (told alone, not queued), then aborted by the listener's destroy().
+  context.observer = noopObserver;
+  const open: net.Socket[] = [];
+  for (let i = 0; i < 10; i++) open.push(connect(listener.port));
+  t.after(() => {
+    for (const c of open) c.destroy();
+  });
+  await Promise.all(open.map((c, i) => reply(c, `ping ${i}`)));
+  assert.equal(ownedRelays(), owned + 10, 'one owner a running relay');
+  open[0]!.end();
+  await waitFor(() => ownedRelays() === owned + 9, 2000, 'the end told alone');
+  listener.destroy();
+  assert.equal(ownedRelays(), owned, 'the aborted ones let go at once');
 });
 
 test('a tap that ends mid-stream: the sniffer gets its chunks, then none; the relay goes on', async (t) => {

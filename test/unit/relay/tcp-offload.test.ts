@@ -4,6 +4,8 @@ import { test } from 'node:test';
 import {
   closeReasonOf,
   loadTcpOffload,
+  type OffloadOwner,
+  ownedRelays,
   TAP_FIELDS,
   TcpOffload,
   type TcpRelayCalls,
@@ -37,12 +39,16 @@ test("native reason codes map to the JavaScript relay's close reasons", () => {
 
 /** A stand-in for the addon's tap: its callback, the entries' array, and a Buffer laid out as the addon's. */
 function fakeTap() {
-  const tap: { onTap?: (owners: object[], count: number) => void; info?: Float64Array } = {};
+  const tap: { onTap?: (count: number) => void; info?: Float64Array } = {};
   // The read buffer (64 KiB), the queue's area (16 KiB), JavaScript's stage (4 KiB).
   const buffer = Buffer.alloc(65536 + 16384 + 4096);
+  // Slots far above what a real relay of this process takes (the owners' table is the process's).
+  let nextSlot = 900;
   const calls = {
     setup: () => 0,
-    setupTap: (fn: (owners: object[], count: number) => void, info: Float64Array) => {
+    start: () => nextSlot++,
+    abort: () => 0,
+    setupTap: (fn: (count: number) => void, info: Float64Array) => {
       tap.onTap = fn;
       tap.info = info;
       return buffer;
@@ -51,22 +57,24 @@ function fakeTap() {
   const offload = new TcpOffload(calls, true, { KUP_TCP_DIAL: 'off' });
   assert.equal(offload.tap, true);
   let count = 0;
-  /** Queues a chunk of `text` at `offset` of the Buffer. */
-  const chunk = (side: number, offset: number, text: string) => {
+  /** A relay started for `owner`: its slot. */
+  const own = (owner: object) => offload.start(owner as OffloadOwner, 0, 0, 0, 0, 0, 0);
+  /** Queues a chunk of `text` at `offset` of the Buffer, for the relay in `slot`. */
+  const chunk = (slot: number, side: number, offset: number, text: string) => {
     buffer.write(text, offset, 'latin1');
-    tap.info!.set([0, side, offset, text.length, 0], TAP_FIELDS * count++);
+    tap.info!.set([0, side, offset, text.length, 0, slot], TAP_FIELDS * count++);
   };
-  const entry = (fields: number[]) =>
-    tap.info!.set([...fields, 0, 0, 0].slice(0, TAP_FIELDS), TAP_FIELDS * count++);
-  const flush = (owners: object[]) => {
-    tap.onTap!.call(owners, owners, count);
+  const entry = (slot: number, fields: number[]) =>
+    tap.info!.set([...fields, 0, 0, 0, 0].slice(0, TAP_FIELDS - 1).concat(slot), TAP_FIELDS * count++);
+  const flush = () => {
+    tap.onTap!(count);
     count = 0;
   };
-  return { tap, chunk, entry, flush };
+  return { tap, offload, own, chunk, entry, flush };
 }
 
-test("a batch's queue reaches each owner in order: its connect, its chunks (whether it wants more goes back), its end", () => {
-  const { tap, chunk, entry, flush } = fakeTap();
+test("a batch's queue reaches each relay's owner in order: its connect, its chunks (whether it wants more goes back), its end", () => {
+  const { tap, offload, own, chunk, entry, flush } = fakeTap();
   const seen: string[] = [];
   const owner = (name: string, wants: boolean) => ({
     attemptEnded: (status: number) => seen.push(`${name} connected ${status}`),
@@ -77,32 +85,49 @@ test("a batch's queue reaches each owner in order: its connect, its chunks (whet
     relayEnded: (reason: string, from: number, to: number) =>
       seen.push(`${name} ended ${reason} ${from} ${to}`),
   });
-  const a = owner('a', true);
-  const b = owner('b', false);
-  entry([1]);
-  chunk(0, 65536, 'GET /a');
-  entry([1]);
-  chunk(0, 65536 + 6, 'GET /b');
-  chunk(1, 0, 'HTTP/1.1 200 OK'); // a large one, handed over from the read buffer
-  entry([2, 2, 6, 3_000_000_000]);
-  flush([a, a, b, b, a, a]);
+  const a = own(owner('a', true));
+  const b = own(owner('b', false));
+  // c aborts its relay from its first chunk: what the batch still has of it is dropped.
+  const c = own({
+    ...owner('c', true),
+    relayTapped(_side: number, chunk: Buffer) {
+      seen.push(`c 0 ${chunk.toString('latin1')}, aborted`);
+      offload.abort(c, 0);
+      return true;
+    },
+  });
+  const owned = ownedRelays();
+  entry(a, [1]);
+  chunk(a, 0, 65536, 'GET /a');
+  entry(b, [1]);
+  chunk(b, 0, 65536 + 6, 'GET /b');
+  chunk(c, 0, 65536 + 12, 'GET /c');
+  chunk(a, 1, 0, 'HTTP/1.1 200 OK'); // a large one, handed over from the read buffer
+  chunk(c, 1, 0, 'HTTP/1.1 200 OK');
+  entry(c, [2, 1, 6, 15]);
+  entry(a, [2, 2, 6, 3_000_000_000]);
+  flush();
   assert.deepEqual(seen, [
     'a connected 0',
     'a 0 GET /a',
     'b connected 0',
     'b 0 GET /b',
+    'c 0 GET /c, aborted',
     'a 1 HTTP/1.1 200 OK',
     'a ended endpoint-fin 6 3000000000',
   ]);
-  // Written back for the addon: a wants more, b does not.
+  // Written back for the addon: a wants more, b does not (nor c, left out).
   assert.deepEqual(
-    [1, 3, 4].map((i) => tap.info![TAP_FIELDS * i + 4]),
-    [1, 0, 1],
+    [1, 3, 5, 6].map((i) => tap.info![TAP_FIELDS * i + 4]),
+    [1, 0, 1, 0],
   );
+  // a's end and c's abort let go of their owners; b's relay runs on.
+  assert.equal(ownedRelays(), owned - 2);
+  offload.abort(b, 0);
 });
 
 test('a small tapped chunk is read through a view kept for its length: no Buffer made per chunk', () => {
-  const { chunk, flush } = fakeTap();
+  const { own, offload, chunk, flush } = fakeTap();
   const chunks: [Buffer, string][] = [];
   const owner = {
     relayTapped(_side: number, c: Buffer): boolean {
@@ -116,13 +141,15 @@ test('a small tapped chunk is read through a view kept for its length: no Buffer
     'HTTP/1.1 200',
     'GET /c HTTP/1.1'.padEnd(15 + 64, 'x'),
   ];
+  const slot = own(owner);
   let offset = 65536;
   for (const text of texts) {
-    chunk(0, offset, text);
+    chunk(slot, 0, offset, text);
     offset += text.length;
   }
-  chunk(1, 0, 'y'.repeat(5000)); // larger than the stage: a view of where it is
-  flush(Array(5).fill(owner));
+  chunk(slot, 1, 0, 'y'.repeat(5000)); // larger than the stage: a view of where it is
+  flush();
+  offload.abort(slot, 0);
   assert.deepEqual(
     chunks.map(([, s]) => s),
     [...texts, 'y'.repeat(5000)],
