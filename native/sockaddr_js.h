@@ -6,10 +6,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <node_api.h>
+#include <string.h>
 #include <sys/socket.h>
 
 // The dotted quad of an IPv4 address (network order) into `text`: what inet_ntop(AF_INET) writes, without
-// the printf it formats each byte with (~0.3 % of the process's CPU under new connections, one a connection).
+// the printf it formats each byte with (~0.3 % of the process's CPU under new connections, one a connection;
+// inet_ntop(AF_INET6) of a v4-mapped address prints its last four bytes the same way).
 static inline void ipv4_text(const struct in_addr* a, char text[INET_ADDRSTRLEN]) {
   const unsigned char* b = (const unsigned char*)&a->s_addr;
   char* p = text;
@@ -32,7 +34,15 @@ static inline int sockaddr_text(const struct sockaddr_storage* addr, char text[I
   text[0] = '\0';
   if (addr->ss_family == AF_INET6) {
     const struct sockaddr_in6* a6 = (const struct sockaddr_in6*)addr;
-    inet_ntop(AF_INET6, &a6->sin6_addr, text, INET6_ADDRSTRLEN);
+    if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+      // An IPv4 peer of a dual-stack socket (a service port listens on `::`): its IPv4 address, as the
+      // relays name it (src/relay/address.ts's normalizeAddress), not `::ffff:a.b.c.d` to be cut again.
+      struct in_addr v4;
+      memcpy(&v4, &a6->sin6_addr.s6_addr[12], sizeof v4);
+      ipv4_text(&v4, text);
+    } else {
+      inet_ntop(AF_INET6, &a6->sin6_addr, text, INET6_ADDRSTRLEN);
+    }
     return ntohs(a6->sin6_port);
   }
   if (addr->ss_family == AF_INET) {

@@ -31,6 +31,7 @@ async function relay(
   endpoints: Endpoint[],
   options: Partial<TcpRelayOptions> = {},
   observer: Partial<ConnectionObserver> = {},
+  host = '127.0.0.1',
 ) {
   const context = makeContext(endpoints);
   const closed: ConnectionInfo[] = [];
@@ -40,7 +41,7 @@ async function relay(
     { ...DEFAULT_TCP_OPTIONS, ...options },
     { log, tcpAccept: accept() },
   );
-  await listener.listen('127.0.0.1', 0);
+  await listener.listen(host, 0);
   t.after(() => listener.destroy());
   return { listener, context, closed };
 }
@@ -63,25 +64,30 @@ test('a service port listens without a net.Server; its connection is dialled wit
   assert.equal(context.stats.active, 0);
 });
 
-test("the client's address as the kernel gave it, every width of octet (the addon formats IPv4 itself)", async (t) => {
+test("the client's address as the kernel gave it, every width of octet, also on a dual-stack socket (the addon formats IPv4 itself)", async (t) => {
   const pod = await echoServer('127.0.0.12');
   t.after(() => pod.close());
-  const { listener, closed } = await relay(t, [ep('127.0.0.12', pod.port)]);
   const clients = ['127.0.0.1', '127.9.10.99', '127.100.200.255', '127.255.0.10'];
-  for (const localAddress of clients) {
-    const socket = net.connect({ host: '127.0.0.1', port: listener.port, localAddress });
-    await new Promise<void>((resolve, reject) => {
-      socket.once('connect', () => socket.end('x'));
-      socket.once('error', reject);
-      socket.once('close', () => resolve());
-      socket.resume();
-    });
+  // 127.0.0.1: an IPv4 socket; `::` (as the proxier listens by default): IPv4 clients arrive v4-mapped,
+  // and are named by their IPv4 address all the same.
+  for (const host of ['127.0.0.1', '::']) {
+    const { listener, closed } = await relay(t, [ep('127.0.0.12', pod.port)], {}, {}, host);
+    for (const localAddress of clients) {
+      const socket = net.connect({ host: '127.0.0.1', port: listener.port, localAddress });
+      await new Promise<void>((resolve, reject) => {
+        socket.once('connect', () => socket.end('x'));
+        socket.once('error', reject);
+        socket.once('close', () => resolve());
+        socket.resume();
+      });
+    }
+    await waitFor(() => closed.length === clients.length, 2000, 'the closes');
+    assert.deepEqual(
+      closed.map((c) => c.clientAddress),
+      clients,
+      `listening on ${host}`,
+    );
   }
-  await waitFor(() => closed.length === clients.length, 2000, 'the closes');
-  assert.deepEqual(
-    closed.map((c) => c.clientAddress),
-    clients,
-  );
 });
 
 test('a sniffing observer: the accepted descriptor becomes a paused net.Socket for the JavaScript relay', async (t) => {
