@@ -157,7 +157,8 @@ export interface OffloadOwner {
 
 /**
  * The owner of each running relay, by slot: one table for the process, as the addon is one. A slot's
- * entry is set when start() or dial() returns it and cleared by its end (told, or abort()). The addon
+ * entry is set when start() or dial() returns it (adoptRelay) and cleared by its end (told, or
+ * TcpOffload.abort()); neither calls back before it returns. The addon
  * held a Node-API reference a relay instead: a global handle and a heap allocation made and freed a
  * connection, and one lookup a callback.
  */
@@ -171,6 +172,12 @@ function onEnd(slot: number, code: number, fromClient: number, toClient: number)
 
 function onConnect(slot: number, status: number): void {
   owners[slot]?.attemptEnded(status);
+}
+
+/** Keeps `owner` for the relay start() or dial() just returned: its slot, or -errno (nothing kept). */
+export function adoptRelay(slot: number, owner: OffloadOwner): number {
+  if (slot >= 0) owners[slot] = owner;
+  return slot;
 }
 
 /** Relays running, by their owners' count (a test checks that every end let go of its owner). */
@@ -187,54 +194,6 @@ function dialCalls(calls: TcpRelayCalls, env: NodeJS.ProcessEnv): TcpDialCalls |
   for (const name of ['setupDial', 'dial', 'redial', 'localName'] as const)
     if (typeof dial[name] !== 'function') return undefined;
   return dial as TcpDialCalls;
-}
-
-/** The addon's dialling for owners: what a connection calls (it keeps the slot's owner). */
-export class TcpDial {
-  readonly calls: TcpDialCalls;
-
-  constructor(calls: TcpDialCalls) {
-    this.calls = calls;
-    calls.setupDial(onConnect);
-  }
-
-  /** TcpDialCalls.dial for `owner`, which hears of the attempts and the end. */
-  dial(
-    owner: OffloadOwner,
-    clientFd: number,
-    ip: string,
-    port: number,
-    connectTimeoutMs: number,
-    idleMs: number,
-    halfCloseMs: number,
-    stallMs: number,
-    stallCheckMs: number,
-    take: number,
-    tap: number,
-  ): number {
-    const slot = this.calls.dial(
-      clientFd,
-      ip,
-      port,
-      connectTimeoutMs,
-      idleMs,
-      halfCloseMs,
-      stallMs,
-      stallCheckMs,
-      take,
-      tap,
-    );
-    if (slot >= 0) owners[slot] = owner;
-    return slot;
-  }
-
-  redial(slot: number, ip: string, port: number, connectTimeoutMs: number): number {
-    return this.calls.redial(slot, ip, port, connectTimeoutMs);
-  }
-
-  localName(slot: number): [string, number] | undefined {
-    return this.calls.localName(slot);
-  }
 }
 
 /** Numbers an entry of the tap's queue takes (native/tcp_relay.c's TAP_FIELDS), and its entries at most. */
@@ -314,7 +273,7 @@ export function tapEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
 export class TcpOffload {
   readonly calls: TcpRelayCalls;
   /** Dialling in the addon; undefined without it (an older build, or KUP_TCP_DIAL=off). */
-  readonly dial: TcpDial | undefined;
+  readonly dial: TcpDialCalls | undefined;
   /** Hand-overs so far, dialled ones included (a test and /metrics-free debugging look at it). */
   started = 0;
   /** Connections dialled by the addon so far. */
@@ -328,29 +287,14 @@ export class TcpOffload {
   constructor(calls: TcpRelayCalls, tap = tapEnabled(), env: NodeJS.ProcessEnv = process.env) {
     this.calls = calls;
     calls.setup(onEnd);
-    const dial = dialCalls(calls, env);
-    this.dial = dial === undefined ? undefined : new TcpDial(dial);
+    this.dial = dialCalls(calls, env);
+    this.dial?.setupDial(onConnect);
     const buffer = tap ? calls.setupTap(onTap, tapInfo) : 0;
     this.tap = typeof buffer !== 'number';
     if (typeof buffer !== 'number' && buffer !== tapBuffer) {
       tapBuffer = buffer;
       tapViews = new Array(TAP_VIEWS);
     }
-  }
-
-  /** TcpRelayCalls.start for `owner`, which hears of the end; the slot, or -errno. */
-  start(
-    owner: OffloadOwner,
-    clientFd: number,
-    upstreamFd: number,
-    idleMs: number,
-    halfCloseMs: number,
-    stallMs: number,
-    stallCheckMs: number,
-  ): number {
-    const slot = this.calls.start(clientFd, upstreamFd, idleMs, halfCloseMs, stallMs, stallCheckMs);
-    if (slot >= 0) owners[slot] = owner;
-    return slot;
   }
 
   /** Closes a relay's both sides now (with RST when reset is 1); its owner hears nothing. 0 or -ENOENT. */

@@ -34,11 +34,12 @@ import { processSweeper, type Sweepable, type Sweeper } from './sweeper.ts';
 import { type AcceptOwner, processTcpAccept, systemError, type TcpAccept } from './tcp-accept.ts';
 import { endFollows, finNow, processTcpFin, socketFd, type TcpFinCalls, writeWithFin } from './tcp-fin.ts';
 import {
+  adoptRelay,
   connectError,
   type OffloadOwner,
   processTcpRelay,
   TAP_BOTH,
-  type TcpDial,
+  type TcpDialCalls,
   type TcpOffload,
 } from './tcp-offload.ts';
 
@@ -346,18 +347,20 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       const slot =
         fd < 0
           ? -1
-          : dial.dial(
+          : adoptRelay(
+              dial.dial(
+                fd,
+                endpoint.ip,
+                endpoint.port,
+                timeoutMs,
+                options.idleTimeoutMs,
+                options.halfCloseTimeoutMs,
+                options.stallTimeoutMs,
+                stallSweepMs(options.stallTimeoutMs),
+                take ? 1 : 0,
+                tap,
+              ),
               this,
-              fd,
-              endpoint.ip,
-              endpoint.port,
-              timeoutMs,
-              options.idleTimeoutMs,
-              options.halfCloseTimeoutMs,
-              options.stallTimeoutMs,
-              stallSweepMs(options.stallTimeoutMs),
-              take ? 1 : 0,
-              tap,
             );
       if (slot < 0) {
         this.nativeDial = false;
@@ -576,14 +579,16 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
     const upstreamFd = socketFd(upstream);
     if (clientFd < 0 || upstreamFd < 0) return false;
     const o = this.listener.options;
-    const slot = offload.start(
+    const slot = adoptRelay(
+      offload.calls.start(
+        clientFd,
+        upstreamFd,
+        o.idleTimeoutMs,
+        o.halfCloseTimeoutMs,
+        o.stallTimeoutMs,
+        stallSweepMs(o.stallTimeoutMs),
+      ),
       this,
-      clientFd,
-      upstreamFd,
-      o.idleTimeoutMs,
-      o.halfCloseTimeoutMs,
-      o.stallTimeoutMs,
-      stallSweepMs(o.stallTimeoutMs),
     );
     // dup() failed (descriptors ran out): the JavaScript relay goes on.
     if (slot < 0) return false;
@@ -996,7 +1001,7 @@ type ListenerShared = {
   readonly ownTraffic: OwnTraffic;
   readonly tcpFin: TcpFinCalls | undefined;
   readonly offload: TcpOffload | undefined;
-  readonly dial: TcpDial | undefined;
+  readonly dial: TcpDialCalls | undefined;
   readonly accept: TcpAccept | undefined;
   readonly sweeper: Sweeper;
   /** Joined with the first connection: an idle listener is not swept (its entry was ~27 bytes). */
@@ -1140,7 +1145,7 @@ export class TcpListener implements KeepAliveSource, Sweepable, AcceptOwner {
   }
 
   /** The native relay's dialling, when connections may use it (TcpRelayDeps.tcpDial). */
-  get dial(): TcpDial | undefined {
+  get dial(): TcpDialCalls | undefined {
     return this.#shared.dial;
   }
 

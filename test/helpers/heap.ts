@@ -23,6 +23,17 @@ export async function usedHeap(): Promise<number> {
   return getHeapStatistics().used_heap_size;
 }
 
+/**
+ * The median of `runs` readings of `measure`, one after the other: one reading of the heap moves by a few
+ * hundred KB with where the collector's pages stand (fragments too small to reuse count as used).
+ */
+export async function medianOf(runs: number, measure: () => Promise<number>): Promise<number> {
+  const values: number[] = [];
+  for (let k = 0; k < runs; k++) values.push(await measure());
+  values.sort((a, b) => a - b);
+  return values[runs >> 1]!;
+}
+
 /** How many objects whose prototype chain holds `ctor.prototype` are alive (after a full GC). */
 export function liveObjects(ctor: abstract new (...args: never[]) => unknown): number {
   return queryObjects(ctor as unknown as (...args: unknown[]) => unknown, { format: 'count' }) as number;

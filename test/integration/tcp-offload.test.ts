@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { ConnectionInfo, ConnectionObserver } from '../../src/relay/observer.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener, type TcpRelayOptions } from '../../src/relay/tcp.ts';
-import { ownedRelays, processTcpRelay, TcpOffload } from '../../src/relay/tcp-offload.ts';
+import { adoptRelay, ownedRelays, processTcpRelay, TcpOffload } from '../../src/relay/tcp-offload.ts';
 import { ep } from '../helpers/endpoints.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 import { tcpServer, waitFor } from '../helpers/servers.ts';
@@ -349,9 +349,12 @@ test('descriptors epoll cannot watch: start() and dial() say so and leave nothin
     const active = o.calls.active();
     const owned = ownedRelays();
     const owner = { relayEnded() {}, attemptEnded() {}, relayTapped: () => false };
-    assert.ok(o.start(owner, a, b, 0, 0, 0, 0) < 0, 'start() refuses them (it crashed on the poll)');
+    assert.ok(
+      adoptRelay(o.calls.start(a, b, 0, 0, 0, 0), owner) < 0,
+      'start() refuses them (it crashed on the poll)',
+    );
     const dial = o.dial!;
-    assert.ok(dial.dial(owner, a, '127.0.0.1', 9, 1000, 0, 0, 0, 0, 0, 0) < 0, 'dial() too');
+    assert.ok(adoptRelay(dial.dial(a, '127.0.0.1', 9, 1000, 0, 0, 0, 0, 0, 0), owner) < 0, 'dial() too');
     assert.equal(ownedRelays(), owned, 'no owner kept for them');
     assert.equal(o.calls.active(), active, 'no relay left running');
     // The relay still works (the slots it took are free again).

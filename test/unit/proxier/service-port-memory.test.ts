@@ -12,7 +12,7 @@ import { DEFAULT_UDP_OPTIONS } from '../../../src/relay/udp.ts';
 import { Intake } from '../../../src/source/intake.ts';
 import type { EndpointSlice, Service } from '../../../src/source/objects.ts';
 import { ProxyState } from '../../../src/state/proxy-state.ts';
-import { usedHeap } from '../../helpers/heap.ts';
+import { medianOf, usedHeap } from '../../helpers/heap.ts';
 
 const NODE = 'node-1';
 const SERVICES = 5000;
@@ -100,10 +100,7 @@ async function heapPerServicePort(
  */
 async function medianHeapPerServicePort(ips: (i: number) => readonly string[]): Promise<number> {
   await heapPerServicePort(ips, 500);
-  const measures: number[] = [];
-  for (let k = 0; k < 3; k++) measures.push(await heapPerServicePort(ips));
-  measures.sort((a, b) => a - b);
-  return measures[1]!;
+  return medianOf(3, () => heapPerServicePort(ips));
 }
 
 // Before one record per service port (the proxier's, the loop guard's and the state's maps by service

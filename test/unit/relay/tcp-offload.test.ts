@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
+  adoptRelay,
   closeReasonOf,
   loadTcpOffload,
   type OffloadOwner,
@@ -58,7 +59,7 @@ function fakeTap() {
   assert.equal(offload.tap, true);
   let count = 0;
   /** A relay started for `owner`: its slot. */
-  const own = (owner: object) => offload.start(owner as OffloadOwner, 0, 0, 0, 0, 0, 0);
+  const own = (owner: object) => adoptRelay(calls.start(0, 0, 0, 0, 0, 0), owner as OffloadOwner);
   /** Queues a chunk of `text` at `offset` of the Buffer, for the relay in `slot`. */
   const chunk = (slot: number, side: number, offset: number, text: string) => {
     buffer.write(text, offset, 'latin1');
