@@ -289,17 +289,23 @@ static void batch_end(void) {
   batch_scope_close(g_env, &g_batch_scope);
 }
 
-// Calls `fn_ref` with argv (`this` is the global object) between js_begin and js_end: in a batch's
-// callback scope, or with make_callback (a timer's callback), which runs the microtasks and ticks after
-// it, as Node's own callbacks do. A throw is the process's uncaught exception. `returned`, when given:
-// whether it returned true.
+// Calls `fn_ref` with argv between js_begin and js_end: in a batch's callback scope (`this` undefined, as
+// tcp_listen.c's calls: napi_get_global reads the global object from the context each time), or with
+// make_callback (a timer's callback; it wants an object: the global one), which runs the microtasks and
+// ticks after it, as Node's own callbacks do. A throw is the process's uncaught exception. `returned`,
+// when given: whether it returned true.
 static void call_js(napi_ref fn_ref, size_t argc, napi_value* argv, bool* returned) {
   napi_env env = g_env;
   napi_value fn, recv, result;
   napi_get_reference_value(env, fn_ref, &fn);
-  napi_get_global(env, &recv);
-  napi_status status = g_batching ? napi_call_function(env, recv, fn, argc, argv, &result)
-                                  : napi_make_callback(env, g_async, recv, fn, argc, argv, &result);
+  napi_status status;
+  if (g_batching) {
+    napi_get_undefined(env, &recv);
+    status = napi_call_function(env, recv, fn, argc, argv, &result);
+  } else {
+    napi_get_global(env, &recv);
+    status = napi_make_callback(env, g_async, recv, fn, argc, argv, &result);
+  }
   if (status == napi_pending_exception) {
     napi_value err;
     napi_get_and_clear_last_exception(env, &err);
