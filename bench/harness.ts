@@ -2,7 +2,7 @@
 // connection, same machine, same run, alternating rounds, medians and ratios. Writes
 // bench/results/<date>-<host>.json and bench/results/latest.md, and prints the table.
 // Needs root and the tools of bench/setup.sh; exits with 3 when they are missing (bench/run.ts falls back).
-// Run: node bench/harness.ts [--quick] [--only tcp-1,dns,...] [--rounds N] [--seconds S] [--workers-compare]
+// Run: node bench/harness.ts [--quick] [--only tcp-1,dns,...] [--rounds N] [--seconds S] [--workers-compare] [--listener-target]
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -28,6 +28,8 @@ const USAGE = `node bench/harness.ts [--quick] [--only NAME[,NAME]] [--rounds N]
   --sustained-rounds N  its rounds (default 2, at most --rounds; --quick 1)
   --workers-compare  also run proxy-w1: the proxy with --workers 1 beside the default (skipped, with a
                note, when the CLI has no --workers)
+  --listener-target  also run proxy-listener: the traced proxy reached at its listeners (the node's
+               address, the ports its rules REDIRECT to): what the REDIRECT's NAT costs, in the run
   --services   service ports of the scale measure (default 10000)
   --connections  idle connections held for the memory measure (default 5000)
   --wait-quiet S wait up to S seconds for the machine to be quiet (< 10 % busy) before starting
@@ -69,6 +71,7 @@ async function main(): Promise<number> {
       sustained: { type: 'string' },
       'sustained-rounds': { type: 'string' },
       'workers-compare': { type: 'boolean', default: false },
+      'listener-target': { type: 'boolean', default: false },
       services: { type: 'string' },
       connections: { type: 'string' },
       'wait-quiet': { type: 'string', default: '0' },
@@ -152,7 +155,12 @@ async function main(): Promise<number> {
   );
   const started = performance.now();
   const machine = describeMachine();
-  const rig = await Rig.create({ cores: cpus().length, proxyArgs, log });
+  const rig = await Rig.create({
+    cores: cpus().length,
+    proxyArgs,
+    listenerTarget: values['listener-target'],
+    log,
+  });
   const results: MeasureResult[] = [];
   let proxies: Results['proxies'] = [];
   // One measure failing (a tool, a peer, the proxy) is reported and the others still run.

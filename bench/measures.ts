@@ -1,13 +1,14 @@
 // The measures of the namespace benchmark. Traffic measures run alternately against every target
 // (the order rotates each round) and keep every sample; memory and scale measures drive the proxy CLI
 // and the peers directly. Each measure returns samples; medians and ratios are the report's job.
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { scaleIP, scaleService, scaleSlice } from './apiserver-agent.ts';
 import { type ClientSnapshot, readCounters, snapshot, timeWaitShare } from './client-sockets.ts';
 import { NET } from './configs.ts';
 import { cpuOf, cpuSnapshot, otherTicks, rssOf } from './processes.ts';
 import { PROXY_BIN, type ProxyTargetName, type Rig, type Target, type TargetName } from './rig.ts';
-import { median, parseDnsperf, parseIperf3, parseWrk } from './tools.ts';
+import { cpuJiffies, median, parseDnsperf, parseIperf3, parseWrk } from './tools.ts';
 
 const CLK_TCK = 100;
 
@@ -29,7 +30,10 @@ export type Options = {
 
 /**
  * One run of one measure against one target. `cpu`: the in-between processes' CPU, % of one core;
- * `otherCpu`: what processes outside the benchmark used meanwhile (% of one core), i.e. noise.
+ * `otherCpu`: what processes outside the benchmark used meanwhile (% of one core), i.e. noise;
+ * `machineCpu`: every CPU's busy time meanwhile (the client, the backends, the middle and the kernel's
+ * softirqs wherever they ran), % of one core. A measure with a rate (`rps`, `qps`) also gets `machineUs`, the
+ * machine's CPU a request or connection in µs: what the whole path costs, apart from how fast it went.
  */
 export type Sample = {
   target: TargetName;
@@ -37,6 +41,7 @@ export type Sample = {
   values: Record<string, number>;
   cpu?: number;
   otherCpu?: number;
+  machineCpu?: number;
   error?: string;
 };
 
@@ -56,6 +61,11 @@ export type Measure = {
   kind: 'traffic' | 'memory' | 'scale';
   run(rig: Rig, options: Options): Promise<MeasureResult>;
 };
+
+/** Busy clock ticks of all CPUs since boot (/proc/stat). */
+function machineBusy(): number {
+  return cpuJiffies(readFileSync('/proc/stat', 'utf8')).busy;
+}
 
 /** Rotates the target order each round, so no target always runs first (warm caches, turbo, GC). */
 function rotate<T>(xs: readonly T[], by: number): T[] {
@@ -81,7 +91,12 @@ async function alternate<T extends { readonly name: TargetName; pids(): number[]
     for (const t of rotate(targets, round)) {
       const pids = t.pids();
       const ours = rig.ourPids();
-      const mark = () => ({ other: cpuSnapshot(ours), cpu: cpuOf(pids), t: performance.now() });
+      const mark = () => ({
+        other: cpuSnapshot(ours),
+        cpu: cpuOf(pids),
+        machine: machineBusy(),
+        t: performance.now(),
+      });
       let from = mark();
       let to: ReturnType<typeof mark> | undefined;
       const window: CpuWindow = {
@@ -103,6 +118,9 @@ async function alternate<T extends { readonly name: TargetName; pids(): number[]
       const sample: Sample = { target: t.name, round, values: r.values };
       if (pids.length > 0) sample.cpu = ((to.cpu - from.cpu) / CLK_TCK / secs) * 100;
       sample.otherCpu = (otherTicks(from.other, to.other) / CLK_TCK / secs) * 100;
+      sample.machineCpu = ((to.machine - from.machine) / CLK_TCK / secs) * 100;
+      const rate = r.values['rps'] ?? r.values['qps'];
+      if (rate !== undefined && rate > 0) r.values['machineUs'] = (sample.machineCpu / 100) * (1e6 / rate);
       if (r.error) sample.error = r.error;
       samples.push(sample);
       const shown = Object.entries(r.values)
@@ -359,7 +377,8 @@ const connMemory: Measure = {
   kind: 'memory',
   async run(rig, options) {
     const samples: Sample[] = [];
-    const targets = rig.targets().filter((t) => t.name !== 'direct');
+    // proxy-listener is the traced proxy's process again (and its ports change with each restart).
+    const targets = rig.targets().filter((t) => t.name !== 'direct' && t.name !== 'proxy-listener');
     for (let round = 0; round < Math.min(options.rounds, 2); round++) {
       // Fresh processes: memory freed by earlier connections would be reused and hide the cost.
       await rig.restartMiddles();
@@ -673,6 +692,8 @@ export function medians(result: MeasureResult): Map<TargetName, Record<string, n
       m[k] = median(use.map((s) => s.values[k]).filter((v): v is number => v !== undefined));
     const cpus = use.map((s) => s.cpu).filter((v): v is number => v !== undefined);
     if (cpus.length > 0) m['cpu'] = median(cpus);
+    const machine = use.map((s) => s.machineCpu).filter((v): v is number => v !== undefined);
+    if (machine.length > 0) m['machineCpu'] = median(machine);
     out.set(target, m);
   }
   return out;

@@ -100,17 +100,18 @@ export function describeMachine(): Machine {
   };
 }
 
-/** Every target's column; `proxy-w1` and `nginx-sessions` only show when the run measured them. */
+/** Every target's column; `proxy-listener`, `proxy-w1` and `nginx-sessions` only show when the run measured them. */
 const COLUMNS: readonly { target: TargetName; label: string }[] = [
   { target: 'direct', label: 'direct' },
   { target: 'proxy', label: 'proxy' },
+  { target: 'proxy-listener', label: 'proxy at its listeners (no REDIRECT)' },
   { target: 'proxy-notrace', label: 'proxy --trace=none' },
   { target: 'proxy-w1', label: 'proxy --workers 1' },
   { target: 'haproxy', label: 'HAProxy' },
   { target: 'nginx', label: 'nginx stream' },
   { target: 'nginx-sessions', label: 'nginx stream, UDP sessions kept' },
 ];
-const OPTIONAL_COLUMNS: ReadonlySet<TargetName> = new Set(['proxy-w1', 'nginx-sessions']);
+const OPTIONAL_COLUMNS: ReadonlySet<TargetName> = new Set(['proxy-listener', 'proxy-w1', 'nginx-sessions']);
 
 function labelOf(target: TargetName): string {
   return COLUMNS.find((c) => c.target === target)?.label ?? target;
@@ -152,6 +153,14 @@ const TRAFFIC_ROWS: readonly { measure: string; key: string; label: string; digi
   { measure: 'conn-memory', key: 'bytesPerConnection', label: 'RSS per idle proxied connection, KiB' },
 ];
 
+/** The machine's CPU a request, connection or query (measures with a rate). */
+const MACHINE_ROWS: readonly { measure: string; label: string }[] = [
+  { measure: 'http-keepalive', label: 'keep-alive, a request' },
+  { measure: 'http-close', label: 'Connection: close, a connection' },
+  { measure: 'http-close-60s', label: 'Connection: close sustained, a connection' },
+  { measure: 'dns', label: 'DNS, a query' },
+];
+
 const CPU_ROWS: readonly { measure: string; label: string }[] = [
   { measure: 'tcp-1', label: '1 TCP stream' },
   { measure: 'tcp-8', label: '8 TCP streams' },
@@ -178,6 +187,18 @@ const RATIO_ROWS: readonly {
   { measure: 'http-keepalive', key: 'p99', label: 'keep-alive p99 latency (lower is better)', lower: true },
   { measure: 'http-close', key: 'rps', label: 'new connections/s' },
   { measure: 'http-close', key: 'p99', label: 'new connection p99 latency (lower is better)', lower: true },
+  {
+    measure: 'http-keepalive',
+    key: 'machineUs',
+    label: "keep-alive: the machine's CPU a request (lower is better)",
+    lower: true,
+  },
+  {
+    measure: 'http-close',
+    key: 'machineUs',
+    label: "new connections: the machine's CPU a connection (lower is better)",
+    lower: true,
+  },
   {
     measure: 'http-close',
     key: 'twShare',
@@ -215,6 +236,8 @@ const RATIO_COLUMNS: readonly RatioColumn[] = [
   { of: 'proxy', to: 'proxy-notrace', label: 'tracing: protocols / none' },
   { of: 'proxy-w1', to: 'haproxy', label: 'proxy --workers 1 / HAProxy' },
   { of: 'proxy', to: 'proxy-w1', label: 'proxy default workers / --workers 1' },
+  { of: 'proxy-listener', to: 'haproxy', label: 'proxy at its listeners (no REDIRECT) / HAProxy' },
+  { of: 'proxy', to: 'proxy-listener', label: 'REDIRECT: through the ClusterIP / at the listeners' },
 ];
 
 /**
@@ -322,7 +345,7 @@ export function renderMarkdown(res: Results): string {
       layout === 'swap'
         ? 'the node, the traced one on node2 in this run: `--trace-layout swap`'
         : 'a second node namespace'
-    })${measured.has('proxy-w1') ? ', **proxy --workers 1** (the traced proxy with `--workers 1`, on a third node namespace; **proxy** runs with the default workers)' : ''}, **HAProxy** (\`mode tcp\`, round robin, \`nbthread\` = cores) and **nginx stream**`,
+    })${measured.has('proxy-listener') ? ", **proxy at its listeners** (the traced proxy reached at its node's address and the ports its rules `REDIRECT` to: the same processes without the NAT, to tell what the `REDIRECT` costs)" : ''}${measured.has('proxy-w1') ? ', **proxy --workers 1** (the traced proxy with `--workers 1`, on a third node namespace; **proxy** runs with the default workers)' : ''}, **HAProxy** (\`mode tcp\`, round robin, \`nbthread\` = cores) and **nginx stream**`,
     '(round robin, `worker_processes` = cores; UDP twice, `reuseport`: **nginx stream** with `proxy_responses 1`,',
     'a session per query, and **nginx stream, UDP sessions kept**: no `proxy_responses`, `proxy_timeout 1s`), both',
     'on the node IP. For DNS the proxy is compared with the stronger of the two nginx configurations.',
@@ -351,6 +374,22 @@ export function renderMarkdown(res: Results): string {
       out.push(`|---|${middles.map(() => '---:').join('|')}|`);
       for (const row of cpuRows) {
         const cells = middles.map((c) => fmt(value(row.measure, c.target, 'cpu'), 0));
+        out.push(`| ${row.label} | ${cells.join(' | ')} |`);
+      }
+      out.push('');
+    }
+    const machineRows = MACHINE_ROWS.filter((r) =>
+      cols.some((c) => value(r.measure, c.target, 'machineUs') !== undefined),
+    );
+    if (machineRows.length > 0) {
+      out.push(
+        "The machine's CPU a request, connection or query, µs (every CPU's busy time during the sample over its rate: the client, the backends, the middle and the kernel's softirqs wherever they ran; what the path costs, apart from how fast it went):",
+        '',
+      );
+      out.push(`| measure | ${cols.map((c) => c.label).join(' | ')} |`);
+      out.push(`|---|${cols.map(() => '---:').join('|')}|`);
+      for (const row of machineRows) {
+        const cells = cols.map((c) => fmt(value(row.measure, c.target, 'machineUs'), 1));
         out.push(`| ${row.label} | ${cells.join(' | ')} |`);
       }
       out.push('');

@@ -20,12 +20,15 @@ export const PROXY_BIN = fileURLToPath(new URL('./cli.js', import.meta.url));
 const API_AGENT = fileURLToPath(new URL('apiserver-agent.ts', import.meta.url));
 
 /**
- * `proxy-w1` (the traced proxy with `--workers 1`) runs only when asked for; `nginx-sessions` is nginx
- * stream's second UDP configuration (sessions kept), a DNS-only target.
+ * `proxy-w1` (the traced proxy with `--workers 1`) runs only when asked for; `proxy-listener` is the
+ * traced proxy reached at its listeners (the node's address and the ports its rules REDIRECT to: the
+ * same process, without the NAT), only when asked for; `nginx-sessions` is nginx stream's second UDP
+ * configuration (sessions kept), a DNS-only target.
  */
 export type TargetName =
   | 'direct'
   | 'proxy'
+  | 'proxy-listener'
   | 'proxy-notrace'
   | 'proxy-w1'
   | 'haproxy'
@@ -63,8 +66,26 @@ export type RigOptions = {
    * target's flags plus these, on a third node (node3, ClusterIPs 10.98/16).
    */
   proxyArgs?: Partial<Record<ProxyTargetName, readonly string[]>>;
+  /** Adds `proxy-listener`: the traced proxy without the REDIRECT (what the NAT costs, in the same run). */
+  listenerTarget?: boolean;
   log: (line: string) => void;
 };
+
+/** The ports a proxy's listeners took, by the traffic manifest's service (read from its REDIRECT rules). */
+type ListenerPorts = { http: number; iperf: number; dns: number };
+
+/** The ports `iptables-save -t nat` shows the bench Services' portals REDIRECT to; undefined when one is missing. */
+function redirectPorts(natRules: string): ListenerPorts | undefined {
+  const port = (service: string, proto: string): number | undefined => {
+    const re = new RegExp(`-p ${proto} .*--comment "bench/${service}:p".* -j REDIRECT --to-ports (\\d+)`);
+    const m = re.exec(natRules);
+    return m ? Number(m[1]) : undefined;
+  };
+  const http = port('http', 'tcp');
+  const iperf = port('iperf', 'tcp');
+  const dns = port('dns', 'udp');
+  return http && iperf && dns ? { http, iperf, dns } : undefined;
+}
 
 /** The namespaces, the backends, the peers and the proxies of one benchmark run. */
 export class Rig {
@@ -97,6 +118,9 @@ export class Rig {
   readonly #manifests = new Map<string, number>();
   #apiServer: ApiServerAgent | undefined;
   #layout: TraceLayout = 'normal';
+  readonly #listenerTarget: boolean;
+  /** The traced proxy's listener ports, read after each start (listenerTarget). */
+  #listenerPorts: ListenerPorts | undefined;
 
   private constructor(
     sandbox: Sandbox,
@@ -117,6 +141,7 @@ export class Rig {
     this.nodeProbe = probes.get(names.node)!;
     this.node2Probe = probes.get(names.node2)!;
     this.#proxyArgs = options.proxyArgs ?? {};
+    this.#listenerTarget = options.listenerTarget === true;
     this.#log = options.log;
     this.#cores = options.cores;
   }
@@ -166,6 +191,8 @@ export class Rig {
     const ips = {
       proxy: swapped ? NET.clusterIPs2 : NET.clusterIPs,
       notrace: swapped ? NET.clusterIPs : NET.clusterIPs2,
+      // The traced proxy's node, as the client reaches it (it listens on every address).
+      proxyNode: swapped ? NET.node2IP : NET.nodeIP,
     };
     return [
       {
@@ -182,6 +209,17 @@ export class Rig {
         dns: { host: ips.proxy.dns, port: 53 },
         pids: pidsOf('proxy'),
       },
+      ...(this.#listenerPorts === undefined
+        ? []
+        : [
+            {
+              name: 'proxy-listener' as const,
+              http: { host: ips.proxyNode, port: this.#listenerPorts.http },
+              iperf: { host: ips.proxyNode, port: this.#listenerPorts.iperf },
+              dns: { host: ips.proxyNode, port: this.#listenerPorts.dns },
+              pids: pidsOf('proxy'),
+            },
+          ]),
       {
         name: 'proxy-notrace',
         http: { host: ips.notrace.http, port: 80 },
@@ -371,6 +409,13 @@ export class Rig {
         intervalMs: 50,
       });
       if (!r.ok) throw new Error(`no answer through ${ip}: ${r.error}`);
+    }
+    if (this.#listenerTarget) {
+      const ns = swapped ? this.node2 : this.node;
+      const rules = await this.sandbox.exec(ns, 'iptables-save', ['-t', 'nat']);
+      this.#listenerPorts = redirectPorts(rules.stdout);
+      if (this.#listenerPorts === undefined)
+        throw new Error(`proxy-listener: no REDIRECT for the bench Services in ${ns}'s nat table`);
     }
   }
 
