@@ -1,14 +1,13 @@
 // The measures of the namespace benchmark. Traffic measures run alternately against every target
 // (the order rotates each round) and keep every sample; memory and scale measures drive the proxy CLI
 // and the peers directly. Each measure returns samples; medians and ratios are the report's job.
-import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { scaleIP, scaleService, scaleSlice } from './apiserver-agent.ts';
 import { type ClientSnapshot, readCounters, snapshot, timeWaitShare } from './client-sockets.ts';
 import { NET } from './configs.ts';
-import { cpuOf, cpuSnapshot, otherTicks, rssOf } from './processes.ts';
+import { cpuOf, cpuSnapshot, machineJiffies, otherTicks, rssOf } from './processes.ts';
 import { PROXY_BIN, type ProxyTargetName, type Rig, type Target, type TargetName } from './rig.ts';
-import { cpuJiffies, median, parseDnsperf, parseIperf3, parseWrk } from './tools.ts';
+import { median, parseDnsperf, parseIperf3, parseWrk } from './tools.ts';
 
 const CLK_TCK = 100;
 
@@ -62,11 +61,6 @@ export type Measure = {
   run(rig: Rig, options: Options): Promise<MeasureResult>;
 };
 
-/** Busy clock ticks of all CPUs since boot (/proc/stat). */
-function machineBusy(): number {
-  return cpuJiffies(readFileSync('/proc/stat', 'utf8')).busy;
-}
-
 /** Rotates the target order each round, so no target always runs first (warm caches, turbo, GC). */
 function rotate<T>(xs: readonly T[], by: number): T[] {
   const k = by % xs.length;
@@ -94,7 +88,7 @@ async function alternate<T extends { readonly name: TargetName; pids(): number[]
       const mark = () => ({
         other: cpuSnapshot(ours),
         cpu: cpuOf(pids),
-        machine: machineBusy(),
+        machine: machineJiffies().busy,
         t: performance.now(),
       });
       let from = mark();

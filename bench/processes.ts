@@ -207,6 +207,11 @@ export class Probe {
   }
 }
 
+/** Busy and total clock ticks of all CPUs since boot (/proc/stat). */
+export function machineJiffies(): { busy: number; total: number } {
+  return cpuJiffies(readFileSync('/proc/stat', 'utf8'));
+}
+
 /**
  * How busy the machine is while the benchmark itself is idle: % of all CPUs over `ms`, and the
  * processes that used the most (others' builds or tests make every ratio noisy).
@@ -224,10 +229,10 @@ export async function machineBusy(ms = 1000): Promise<{ percent: number; top: st
     }
     return m;
   };
-  const s0 = cpuJiffies(readFileSync('/proc/stat', 'utf8'));
+  const s0 = machineJiffies();
   const p0 = procs();
   await new Promise((r) => setTimeout(r, ms));
-  const s1 = cpuJiffies(readFileSync('/proc/stat', 'utf8'));
+  const s1 = machineJiffies();
   const p1 = procs();
   const percent = ((s1.busy - s0.busy) / Math.max(s1.total - s0.total, 1)) * 100;
   const top = [...p1.entries()]

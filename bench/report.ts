@@ -113,6 +113,11 @@ const COLUMNS: readonly { target: TargetName; label: string }[] = [
 ];
 const OPTIONAL_COLUMNS: ReadonlySet<TargetName> = new Set(['proxy-listener', 'proxy-w1', 'nginx-sessions']);
 
+/** A table's header and alignment rows: a `measure` column, then one right-aligned column a label. */
+function tableHead(labels: readonly string[]): [string, string] {
+  return [`| measure | ${labels.join(' | ')} |`, `|---|${labels.map(() => '---:').join('|')}|`];
+}
+
 function labelOf(target: TargetName): string {
   return COLUMNS.find((c) => c.target === target)?.label ?? target;
 }
@@ -355,8 +360,7 @@ export function renderMarkdown(res: Results): string {
   const hasTraffic = TRAFFIC_ROWS.some((r) => byName.has(r.measure));
   if (hasTraffic) {
     out.push('## Medians per target', '');
-    out.push(`| measure | ${cols.map((c) => c.label).join(' | ')} |`);
-    out.push(`|---|${cols.map(() => '---:').join('|')}|`);
+    out.push(...tableHead(cols.map((c) => c.label)));
     for (const row of TRAFFIC_ROWS) {
       if (!byName.has(row.measure)) continue;
       const cells = cols.map((c) => {
@@ -370,8 +374,7 @@ export function renderMarkdown(res: Results): string {
     if (cpuRows.length > 0) {
       out.push('CPU of the process in the middle during the sample (% of one core; nginx: all workers):', '');
       const middles = cols.filter((c) => c.target !== 'direct');
-      out.push(`| measure | ${middles.map((c) => c.label).join(' | ')} |`);
-      out.push(`|---|${middles.map(() => '---:').join('|')}|`);
+      out.push(...tableHead(middles.map((c) => c.label)));
       for (const row of cpuRows) {
         const cells = middles.map((c) => fmt(value(row.measure, c.target, 'cpu'), 0));
         out.push(`| ${row.label} | ${cells.join(' | ')} |`);
@@ -386,8 +389,7 @@ export function renderMarkdown(res: Results): string {
         "The machine's CPU a request, connection or query, µs (every CPU's busy time during the sample over its rate: the client, the backends, the middle and the kernel's softirqs wherever they ran; what the path costs, apart from how fast it went):",
         '',
       );
-      out.push(`| measure | ${cols.map((c) => c.label).join(' | ')} |`);
-      out.push(`|---|${cols.map(() => '---:').join('|')}|`);
+      out.push(...tableHead(cols.map((c) => c.label)));
       for (const row of machineRows) {
         const cells = cols.map((c) => fmt(value(row.measure, c.target, 'machineUs'), 1));
         out.push(`| ${row.label} | ${cells.join(' | ')} |`);
@@ -400,8 +402,7 @@ export function renderMarkdown(res: Results): string {
       'Ratio of the medians; in brackets the lowest and highest ratio of single rounds. Where a peer runs in two configurations, the cell names the stronger one it was taken against.',
       '',
     );
-    out.push(`| measure | ${ratioCols.map((c) => c.label).join(' | ')} |`);
-    out.push(`|---|${ratioCols.map(() => '---:').join('|')}|`);
+    out.push(...tableHead(ratioCols.map((c) => c.label)));
     for (const row of RATIO_ROWS) {
       const res0 = byName.get(row.measure);
       if (!res0) continue;
