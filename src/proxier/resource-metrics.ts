@@ -11,7 +11,7 @@ export function registerResourceMetrics(
 ): void {
   new client.Counter({
     name: 'kup_fd_exhausted_total',
-    help: 'Times a file descriptor was missing (EMFILE/ENFILE), by operation (accept: once a second while none is left, as libuv then closes new connections itself)',
+    help: 'Times a file descriptor was missing (EMFILE/ENFILE), by operation (accept: the seconds in which an accept failed or none was left)',
     labelNames: ['operation'],
     registers: [registry],
     collect() {

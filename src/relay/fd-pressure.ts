@@ -3,7 +3,10 @@
 // accept(): on EMFILE libuv itself accepts and closes what it has no descriptor for (its reserve-fd
 // trick, uv__emfile_trick in deps/uv/src/unix/stream.c), and when that drains the queue it returns
 // without calling back, so Node's server never emits 'error' and nothing of ours hears of it. So a
-// probe on the sweeper (one open and close of /dev/null a second) is what sees that accepts fail.
+// probe on the sweeper (one open and close of /dev/null a second) is what sees that accepts fail. The
+// native listener (tcp-accept.ts) does hear of it, in the same seconds the probe sees it: `accept` counts
+// the seconds (of the clock, FD_PROBE_MS each) in which either said so, so that one second without
+// descriptors is one count and not two (or one per failed wake).
 import { closeSync, openSync } from 'node:fs';
 import type { Logger } from '../lib/log.ts';
 import type { Sweepable } from './sweeper.ts';
@@ -50,8 +53,10 @@ export class FdPressure implements Sweepable {
   readonly options: FdPressureOptions;
   readonly #log: Logger | undefined;
   readonly #probe: FdProbe;
-  /** Exhaustion events by operation (metrics read these). */
+  /** Exhaustion events by operation (metrics read these); `accept` in seconds, see above. */
   readonly counts: Record<FdOperation, number> = { accept: 0, connect: 0, 'udp-session': 0 };
+  /** The second (nowMs / FD_PROBE_MS) `accept` was last counted in. */
+  #acceptSecond = Number.NEGATIVE_INFINITY;
   /** Connections or sessions turned away while shedding. */
   shed = 0;
   #untilMs = 0;
@@ -87,7 +92,11 @@ export class FdPressure implements Sweepable {
 
   /** A descriptor was missing for `op`: count it, start (or lengthen) the shed period, log if due. */
   exhausted(op: FdOperation, nowMs: number, err?: NodeJS.ErrnoException): void {
-    this.counts[op]++;
+    if (op !== 'accept') this.counts[op]++;
+    else if (Math.floor(nowMs / FD_PROBE_MS) !== this.#acceptSecond) {
+      this.counts.accept++;
+      this.#acceptSecond = Math.floor(nowMs / FD_PROBE_MS);
+    }
     // Within a shed period that is still running, the back-off already grew for this episode.
     if (nowMs >= this.#untilMs) {
       this.#untilMs = nowMs + this.#backoffMs;

@@ -36,13 +36,13 @@ test('sheds for a back-off that doubles up to 1 s while it lasts, and starts ove
   p.exhausted('connect', 1100, emfile); // 200 ms
   assert.equal(p.shedding(1299), true);
   assert.equal(p.shedding(1300), false);
-  for (const t of [1300, 1700, 2500, 4000, 6000]) p.exhausted('accept', t, emfile); // 400, 800, 1000, 1000...
+  for (const t of [1300, 1700, 2500, 4000, 6000]) p.exhausted('connect', t, emfile); // 400, 800, 1000, 1000...
   assert.equal(p.shedding(6999), true);
   assert.equal(p.shedding(7000), false, 'capped at 1 s');
   p.relieved();
   p.exhausted('udp-session', 8000, emfile);
   assert.equal(p.shedding(8100), false, 'back to 100 ms');
-  assert.deepEqual(p.counts, { accept: 5, connect: 3, 'udp-session': 1 });
+  assert.deepEqual(p.counts, { accept: 0, connect: 8, 'udp-session': 1 });
   assert.equal(p.shed, 3);
 });
 
@@ -70,4 +70,22 @@ test('each operation has its own log interval: accepts failing are said at once 
     ['connect', 'accept'],
   );
   assert.equal(said[1]!.counts.accept, 1);
+});
+
+test('accept counts the seconds without descriptors, whether the probe or a failed accept said so (or both)', () => {
+  let left = true;
+  const p = new FdPressure(undefined, undefined, () => (left ? undefined : emfile));
+  p.sweep(0);
+  assert.equal(p.counts.accept, 0, 'descriptors left: nothing to count');
+  left = false;
+  // Three seconds without descriptors: the probe each second, and failed accepts in between.
+  for (let t = 1000; t <= 3000; t += 1000) {
+    p.sweep(t);
+    for (const dt of [1, 120, 480]) p.exhausted('accept', t + dt, emfile);
+  }
+  assert.equal(p.counts.accept, 3);
+  // Failed accepts alone (no probe) still count, once in each second they happen in.
+  for (let t = 10_000; t < 12_000; t += 100) p.exhausted('accept', t, emfile);
+  assert.equal(p.counts.accept, 5, 'two more: the seconds from 10 s and from 11 s');
+  assert.ok(p.shedding(11_950), 'they still shed');
 });
