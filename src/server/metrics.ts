@@ -4,6 +4,7 @@ import client from 'prom-client';
 import type { Config } from '../config/config.ts';
 import type { Proxier } from '../proxier/proxier.ts';
 import { configz } from './configz.ts';
+import { collectDefaultMetrics } from './event-loop-delay.ts';
 import type { Route } from './http.ts';
 import { sendJSON, sendText } from './http.ts';
 import { renderServicePortMetrics } from './service-port-metrics.ts';
@@ -23,7 +24,7 @@ export type ProxyMetrics = {
 
 export function createMetrics(getProxier: () => Proxier | undefined): ProxyMetrics {
   const registry = new client.Registry();
-  client.collectDefaultMetrics({ register: registry });
+  collectDefaultMetrics(registry);
   const syncDuration = new client.Histogram({
     name: 'kubeproxy_sync_proxy_rules_duration_seconds',
     help: 'SyncProxyRules latency in seconds',
