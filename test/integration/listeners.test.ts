@@ -9,7 +9,7 @@ import { OwnTraffic } from '../../src/relay/own-traffic.ts';
 import { IDLE_STATS, type ServicePortContext } from '../../src/relay/service-context.ts';
 import { DEFAULT_TCP_OPTIONS, TcpListener } from '../../src/relay/tcp.ts';
 import { DEFAULT_UDP_OPTIONS, UdpListener } from '../../src/relay/udp.ts';
-import { collectGarbage, liveObjects } from '../helpers/heap.ts';
+import { collectGarbage, liveObjects, medianOf } from '../helpers/heap.ts';
 import { log, makeContext } from '../helpers/relay.ts';
 
 const EVENTS = ['connection', 'listening', 'error'] as const;
@@ -114,12 +114,21 @@ test('TCP: listeners of the same deps share what they take from them: an idle on
   };
   const context = makeContext([]);
   const n = 5000;
-  const listeners: TcpListener[] = new Array(n);
-  await collectGarbage();
-  const before = process.memoryUsage().heapUsed;
-  for (let i = 0; i < n; i++) listeners[i] = new TcpListener(context, DEFAULT_TCP_OPTIONS, deps);
-  await collectGarbage();
-  const each = (process.memoryUsage().heapUsed - before) / n;
+  let listeners: TcpListener[] = [];
+  const measure = async () => {
+    listeners = [];
+    await collectGarbage();
+    const before = process.memoryUsage().heapUsed;
+    listeners = new Array(n);
+    for (let i = 0; i < n; i++) listeners[i] = new TcpListener(context, DEFAULT_TCP_OPTIONS, deps);
+    await collectGarbage();
+    return (process.memoryUsage().heapUsed - before) / n;
+  };
+  // The first batch also pays for the code's first runs (bytecode, feedback, optimized code), and one
+  // reading of the heap moves by a few hundred KB with where the collector's pages stand: a first batch
+  // whose figure is dropped, then the median of three (CI read 261 bytes once from a single batch).
+  await measure();
+  const each = await medianOf(3, measure);
   // 13 fields of its own were 232 bytes; with one shared record 128 (and the array's slot).
   assert.ok(each < 180, `${each.toFixed(0)} bytes of heap per idle TcpListener`);
   const [a, b] = listeners as [TcpListener, TcpListener];
