@@ -197,7 +197,7 @@ test('a real PROXY protocol server: nginx `listen … proxy_protocol` logs and a
   const port = await freePort();
   await writeFile(
     join(dir, 'nginx.conf'),
-    `worker_processes 1;
+    `master_process off;
 error_log ${dir}/error.log;
 pid ${dir}/nginx.pid;
 events { worker_connections 64; }
@@ -221,7 +221,14 @@ http {
   });
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += String(d)));
-  t.after(() => child.kill('SIGKILL'));
+  // One process (master_process off): a master killed would leave its worker behind, orphaned, still
+  // listening (every run of this test left one until it was a single process).
+  t.after(async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill('SIGKILL');
+    await exited;
+  });
   await waitFor(
     () =>
       new Promise<boolean>((resolve) => {
