@@ -124,6 +124,12 @@ export type TcpRelayDeps = {
 
 /** How often a listener may log that its connection cap (or a loop) turned connections away. */
 const LIMIT_LOG_INTERVAL_MS = 10_000;
+/**
+ * The longest a Node timer (a socket's setTimeout) waits: a longer one is cut to it, with a
+ * TimeoutOverflowWarning on stderr. The JavaScript relay cuts it itself (~24.8 days; the native relay
+ * keeps any length).
+ */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Written to a paused socket to learn whether its peer reset: a paused socket is not polled. */
 const EMPTY = Buffer.alloc(0);
@@ -506,7 +512,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
       upstream.setTimeout(0);
       if (this.offload()) return;
     }
-    const idle = this.listener.options.idleTimeoutMs;
+    const idle = Math.min(this.listener.options.idleTimeoutMs, MAX_TIMER_MS);
     upstream.setTimeout(idle);
     client.setTimeout(idle);
     if (idle > 0) client.on('timeout', onIdleTimeout);
@@ -652,7 +658,7 @@ class TcpConnection implements ConnectionInfo, KeepAliveCandidate, PassOwner, Of
   /** One side sent FIN (already passed on); bound how long the other side may stay open. */
   halfClosed(reason: CloseReason): void {
     this.finBy ??= reason;
-    const t = this.listener.options.halfCloseTimeoutMs;
+    const t = Math.min(this.listener.options.halfCloseTimeoutMs, MAX_TIMER_MS);
     if (t > 0 && !(this.clientEnded && this.upstreamEnded)) {
       // The half-close timer replaces the idle one on the client socket; its reason must win too.
       this.client.off('timeout', onIdleTimeout);
