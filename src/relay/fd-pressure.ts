@@ -93,9 +93,12 @@ export class FdPressure implements Sweepable {
   /** A descriptor was missing for `op`: count it, start (or lengthen) the shed period, log if due. */
   exhausted(op: FdOperation, nowMs: number, err?: NodeJS.ErrnoException): void {
     if (op !== 'accept') this.counts[op]++;
-    else if (Math.floor(nowMs / FD_PROBE_MS) !== this.#acceptSecond) {
-      this.counts.accept++;
-      this.#acceptSecond = Math.floor(nowMs / FD_PROBE_MS);
+    else {
+      const second = Math.floor(nowMs / FD_PROBE_MS);
+      if (second !== this.#acceptSecond) {
+        this.counts.accept++;
+        this.#acceptSecond = second;
+      }
     }
     // Within a shed period that is still running, the back-off already grew for this episode.
     if (nowMs >= this.#untilMs) {

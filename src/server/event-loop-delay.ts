@@ -18,49 +18,20 @@ type DelayHistogram = ReturnType<typeof monitorEventLoopDelay>;
 
 /** A gauge of the delay, as prom-client names it; `late`: a delay, to be read past the interval. */
 type DelayGauge = { name: string; help: string; read: (h: DelayHistogram) => number; late: boolean };
+const gauge = (stat: string, help: string, read: DelayGauge['read'], late = true): DelayGauge => ({
+  name: `nodejs_eventloop_lag_${stat}_seconds`,
+  help,
+  read,
+  late,
+});
 const DELAY_GAUGES: readonly DelayGauge[] = [
-  {
-    name: 'nodejs_eventloop_lag_min_seconds',
-    help: 'The minimum recorded event loop delay',
-    read: (h) => h.min,
-    late: true,
-  },
-  {
-    name: 'nodejs_eventloop_lag_max_seconds',
-    help: 'The maximum recorded event loop delay',
-    read: (h) => h.max,
-    late: true,
-  },
-  {
-    name: 'nodejs_eventloop_lag_mean_seconds',
-    help: 'The mean of the recorded event loop delays',
-    read: (h) => h.mean,
-    late: true,
-  },
-  {
-    name: 'nodejs_eventloop_lag_stddev_seconds',
-    help: 'The standard deviation of the recorded event loop delays',
-    read: (h) => h.stddev,
-    late: false,
-  },
-  {
-    name: 'nodejs_eventloop_lag_p50_seconds',
-    help: 'The 50th percentile of the recorded event loop delays',
-    read: (h) => h.percentile(50),
-    late: true,
-  },
-  {
-    name: 'nodejs_eventloop_lag_p90_seconds',
-    help: 'The 90th percentile of the recorded event loop delays',
-    read: (h) => h.percentile(90),
-    late: true,
-  },
-  {
-    name: 'nodejs_eventloop_lag_p99_seconds',
-    help: 'The 99th percentile of the recorded event loop delays',
-    read: (h) => h.percentile(99),
-    late: true,
-  },
+  gauge('min', 'The minimum recorded event loop delay', (h) => h.min),
+  gauge('max', 'The maximum recorded event loop delay', (h) => h.max),
+  gauge('mean', 'The mean of the recorded event loop delays', (h) => h.mean),
+  gauge('stddev', 'The standard deviation of the recorded event loop delays', (h) => h.stddev, false),
+  ...[50, 90, 99].map((p) =>
+    gauge(`p${p}`, `The ${p}th percentile of the recorded event loop delays`, (h) => h.percentile(p)),
+  ),
 ];
 
 /**
