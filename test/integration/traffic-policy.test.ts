@@ -2,6 +2,7 @@
 // port that uses both the cluster-wide and the node-local endpoint list gets a second listener for the
 // local one; a dual-stack service's families keep to their own endpoints.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { test } from 'node:test';
 import type { Iptables } from '../../src/netfilter/iptables.ts';
@@ -252,10 +253,28 @@ test('NodePorts are held on the service family only: no IPv4-only NodePort over 
   await assert.rejects(request(np6, { host: '127.0.0.1' }), /ECONNREFUSED/, 'IPv6-only NodePort over IPv4');
 });
 
+/**
+ * A port free on every address, below the ephemeral range: a connect to a port of that range where
+ * nothing listens may draw the same port as its own and connect to itself (TCP's simultaneous open),
+ * which would be an answer where the test wants ECONNREFUSED.
+ */
 async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen({ host: '::', port: 0 }, () => r()));
-  const { port } = s.address() as net.AddressInfo;
-  await new Promise((r) => s.close(r));
-  return port;
+  const [low] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8')
+    .trim()
+    .split(/\s+/)
+    .map(Number);
+  const top = Math.max(2048, (low ?? 32768) - 1);
+  for (let i = 0; i < 100; i++) {
+    const port = top - Math.floor(Math.random() * Math.min(10_000, top - 1024));
+    const s = net.createServer();
+    const ok = await new Promise<boolean>((r) => {
+      s.once('error', () => r(false));
+      s.listen({ host: '::', port }, () => r(true));
+    });
+    if (ok) {
+      await new Promise((r) => s.close(r));
+      return port;
+    }
+  }
+  throw new Error('no free port below the ephemeral range');
 }
